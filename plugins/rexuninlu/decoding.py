@@ -1,0 +1,173 @@
+"""Model outputs of one window -> typed spans (spec §3). Pure functions over link lists.
+
+Links (threshold logit > 0), with nh the first text token:
+  span (r, c):  r, c >= nh and r <= c      -> head r, tail c
+  head link:    r >= nh, c a [TYPE] token   -> heads[type] gets r
+  tail link:    r a [TYPE] token, c >= nh   -> tails[type] gets c
+A span is typed T when its head links to T and T links to its tail.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from plugins.rexuninlu.prompting import Hint
+
+INFOKEY = "[INFOKEY]"
+
+
+@dataclass
+class Window:
+    """One model input: [CLS] hint [SEP] text-window [SEP], and what decoding needs to read it back."""
+
+    ids: list[int]
+    positions: list[int]
+    groups: list[int]
+    types: list[int]
+    offsets: list[tuple[int, int]]
+    n_hint: int                    # index of the first text token
+    hint: Hint
+    text: str                      # the text as it stood for this window (cls windows mutate it)
+    need_probs: bool = False
+
+
+@dataclass
+class Links:
+    rows: list[int]                # positive entries of logits, row-major
+    cols: list[int]
+    probs: torch.Tensor | None     # [n, n] sigmoid(logits) on CPU, for classification windows
+
+
+def type_tokens(window: Window) -> dict[int, tuple]:
+    """token index of each registered [TYPE] -> (prefix_tuple, type)."""
+    char_to_token: dict[int, int] = {}
+    for i in range(window.n_hint):
+        char_to_token[window.offsets[i][0]] = i      # (0,0) of [CLS]/[SEP] is overwritten harmlessly
+    return {char_to_token[c]: key for key, c in window.hint.type_chars.items()}
+
+
+def _link_maps(window: Window, links: Links):
+    nh = window.n_hint
+    token_type = type_tokens(window)
+    heads, tails = defaultdict(set), defaultdict(set)      # the reference's lists, as sets: same test
+    spans = []
+    for r, c in zip(links.rows, links.cols):
+        if r >= nh and c >= nh and r <= c:
+            spans.append((r, c))
+        if c < nh and r >= nh and c in token_type:
+            heads[token_type[c]].add(r)
+        if c >= nh and r < nh and r in token_type:
+            tails[token_type[r]].add(c)
+    return spans, heads, tails
+
+
+def _char_span(window: Window, head: int, tail: int) -> tuple[int, int] | None:
+    text = window.text
+    a, b = window.offsets[head][0], window.offsets[tail][1]
+    try:
+        while text[a] == " ":
+            a += 1
+    except IndexError:                               # the reference skips such spans
+        return None
+    return a, b
+
+
+def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next_map: dict) -> list[list[dict]]:
+    """Extraction windows: typed spans as output tuples; spans with a sub-schema go to next_map."""
+    spans, heads, tails = _link_maps(window, links)
+    out = []
+    for head, tail in spans:
+        for key in window.hint.type_chars:
+            if head in heads[key] and tail in tails[key]:
+                ab = _char_span(window, head, tail)
+                if ab is None:
+                    continue
+                prefix, t = key
+                a, b = ab
+                span = window.text[a:b]
+                if level_map[prefix][t]:
+                    next_map[prefix + ((t, span, (a, b)),)] = level_map[prefix][t]
+                info = [{"type": e[0].strip(), "span": e[1], "offset": list(e[2])} for e in prefix]
+                info.append({"type": t, "span": span, "offset": [a, b]})
+                if tuple(i["type"] for i in info) in legal:
+                    out.append(info)
+    return out
+
+
+def _confidence(probs: torch.Tensor, head: int, tail: int, t_tok: int) -> float:
+    # The reference reads the transposed entries, sums three float32 scalars and rounds.
+    return round(((probs[tail, head] + probs[t_tok, head] + probs[tail, t_tok]) / 3).item(), 4)
+
+
+def decode_classes(window: Window, links: Links | None, cls_token: str, level_map: dict, legal: set,
+                   next_map: dict, found: dict[str, list], blank: bool = False) -> None:
+    """Classification windows: candidates keyed by their type path go into `found`.
+
+    blank=True is the reference's fallback when nothing was found: every [TYPE] is linked to
+    the first text token (the cls token), and only the confidences decide.
+    """
+    nh = window.n_hint
+    token_of = {key: tok for tok, key in type_tokens(window).items()}
+    if blank:
+        candidates, heads, tails = [(nh, nh)], None, None
+    else:
+        candidates, heads, tails = _link_maps(window, links)
+    probs = links.probs
+    for head, tail in candidates:
+        for key in window.hint.type_chars:
+            if not blank and not (head in heads[key] and tail in tails[key]):
+                continue
+            ab = _char_span(window, head, tail)
+            if ab is None:
+                continue
+            prefix, t = key
+            a, b = ab
+            span = window.text[a:b]
+            conf = _confidence(probs, head, tail, token_of[key])
+            if level_map[prefix][t]:
+                next_map[prefix + ((t, span, (a, b), conf),)] = level_map[prefix][t]
+            chain = [e for e in prefix if e[1] == cls_token]
+            info = [{"type": e[0].strip(), "span": e[1], "offset": list(e[2]), "confidence": e[3]} for e in chain]
+            info.append({"type": t, "span": span, "offset": [a, b], "confidence": conf})
+            if tuple(i["type"] for i in info) in legal and span == cls_token:
+                found[INFOKEY.join([e[0].strip() for e in chain] + [t])].append(info)
+
+
+def best_of_hint(found: dict[str, list]) -> tuple[str, list[float]] | None:
+    """Single-label: the candidate of one hint (key, confidences per path element)."""
+    if not found:
+        return None
+    if len(found) == 1:
+        key = next(iter(found))
+        return key, [i["confidence"] for i in found[key][0]]
+    means = {}
+    for key, occurrences in found.items():
+        cols = zip(*[[i["confidence"] for i in info] for info in occurrences])
+        means[key] = [sum(c) / len(c) for c in cols]
+    key = sorted(means.items(), key=lambda kv: sum(kv[1]), reverse=True)[0]
+    return key[0], key[1]
+
+
+def path_info(key: str, confidences: list[float], cls_token: str) -> list[dict[str, Any]]:
+    return [{"type": t, "span": cls_token, "offset": [0, len(cls_token)], "confidence": c}
+            for t, c in zip(key.split(INFOKEY), confidences)]
+
+
+def multi_of_hint(found: dict[str, list], cls_token: str) -> list[list[dict]]:
+    """Multi-label: every key's first occurrence."""
+    return [path_info(key, [i["confidence"] for i in occ[0]], cls_token) for key, occ in found.items()]
+
+
+def final_selection(preds: list[list[dict]], kind: str) -> list[list[dict]]:
+    """prediction_step's last step: cls keeps the best mean, multi_cls those above 0.9 (else the best)."""
+    if kind in ("cls", "multi_cls") and preds:
+        means = [sum(i["confidence"] for i in p) / len(p) for p in preds]
+        if kind == "cls":
+            preds = [preds[means.index(max(means))]]
+        else:
+            keep = [i for i, m in enumerate(means) if m > 0.9] or [means.index(max(means))]
+            preds = [p for i, p in enumerate(preds) if i in keep]
+    return preds

@@ -1,0 +1,106 @@
+"""The RexUniNLU model plugin: tasks, validation, loading, and the loaded model."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from plugins.rexuninlu import demo, loading
+from plugins.rexuninlu.pipeline import WindowScorer, run_documents
+from plugins.rexuninlu.prompting import Prompter, validate_schema, validate_text
+from workstation.domain import Document, InputError, Result
+from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+PRESETS = [
+    TaskPreset("ner", "Named entities", "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。",
+               {"人物": None, "地理位置": None, "组织机构": None}),
+    TaskPreset("relation", "Relation extraction",
+               "1987年首播的央视版《红楼梦》是中央电视台和中国电视剧制作中心根据中国古典文学名著《红楼梦》摄制的一部古装连续剧。",
+               {"组织机构": {"创始人(人物)": None, "成立日期(时间)": None, "总部地点(地理位置)": None,
+                         "简称(组织机构)": None}}),
+    TaskPreset("event", "Event extraction", "7月28日，天津泰达在德比战中以0-1负于天津天海。",
+               {"胜负(事件触发词)": {"时间": None, "败者": None, "胜者": None, "赛事名称": None}}),
+    TaskPreset("absa", "Aspect sentiment (# allows a missing aspect)", "#很满意，音质很好，发货速度快，值得购买",
+               {"属性词": {"情感词": None}}),
+    TaskPreset("sentiment_absa", "Sentiment via aspects", "很满意，音质很好，发货速度快，值得购买",
+               {"属性词": {"正向情感(情感词)": None, "负向情感(情感词)": None, "中性情感(情感词)": None}}),
+    TaskPreset("sentiment", "Sentiment classification", "[CLASSIFY]有点看不下去了，看作者介绍就觉得挺矫情的，入手准备看一看，亏了。",
+               {"正向情感": None, "负向情感": None}),
+    TaskPreset("classification", "Single-label classification", "[CLASSIFY]学校召开2018届升学及出国深造毕业生座谈会就业指导",
+               {"民生": None, "文化": None, "娱乐": None, "体育": None, "财经": None, "教育": None}),
+    TaskPreset("multi_label", "Multi-label classification",
+               "[MULTICLASSIFY]《格林童话》是德国民间故事集。由德国的雅各布·格林和威廉·格林兄弟根据民间口述材料改写而成。",
+               {"民间故事": None, "推理": None, "心理学": None, "历史": None, "传记": None, "外国名著": None,
+                "文化": None, "诗歌": None, "童话": None, "艺术": None, "科幻": None, "小说": None}),
+    TaskPreset("hierarchical", "Hierarchical classification", "[CLASSIFY]雨刷刮不干净怎么办",
+               {"APP系统功能": {"蓝牙钥匙故障": None, "APP无法登录": None},
+                "电器-附件": {"电子模块问题": None, "雨刮、洗涤器故障": None}}),
+    TaskPreset("matching", "Text matching", "[CLASSIFY]段落1：高分子材料与工程排名；段落2：高分子材料与工程专业的完整定义",
+               {"文本匹配：相似": None, "文本匹配：不相似": None}),
+    TaskPreset("nli", "Natural language inference", "[CLASSIFY]段落1：呃,银行听说都要扣一点这个转手费；段落2：从未有银行扣过手续费",
+               {"段落2和段落1的关系是：蕴含": None, "段落2和段落1的关系是：矛盾": None, "段落2和段落1的关系是：中立": None}),
+    TaskPreset("choice_mrc", "Multiple-choice reading comprehension",
+               "[CLASSIFY]A：最近飞机票打折挺多的，你可以坐飞机去。B：我不是怕贵，我一听坐飞机就头晕。",
+               {"B为什么不坐飞机?飞机票太贵": None, "B为什么不坐飞机?坐飞机头晕": None}),
+    TaskPreset("extractive_mrc", "Extractive reading comprehension",
+               "大莱龙铁路位于山东省北部环渤海地区，西起位于益羊铁路的潍坊大家洼车站，东至龙口，与龙烟铁路相连。",
+               {"大莱龙铁路位于哪里？": None}),
+    TaskPreset("coreference", "Coreference", "[CLASSIFY]因为周围的山水，早已是一派浑然的美，你就不能再给它(代词)增加什么了。",
+               {"下面的句子中，代词“它”指代的是“山水”吗？是的": None, "下面的句子中，代词“它”指代的是“山水”吗？不是": None}),
+]
+
+
+class RexUniNLU(ModelFamily):
+    name = "rexuninlu"
+    title = "RexUniNLU (DeBERTa-v2 span extractor, zero-shot, schema-driven)"
+    tasks = {t.name: t for t in PRESETS}
+
+    def validate(self, document: Document) -> None:
+        validate_text(document.text, document.line)
+        if document.schema is None:
+            raise InputError("no schema: give \"schema\" in the line or --schema", document.line)
+        validate_schema(document.schema, document.line)
+
+    def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedRex":
+        network, _ = loading.load_model(Path(weights))
+        model = LoadedRex(self, Path(weights), device, loading.load_tokenizer(Path(weights)), network.to(device))
+        model.set_dtype(dtype)
+        return model
+
+    def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
+        return demo.write(Path(out_dir), size)
+
+
+class LoadedRex(LoadedModel):
+    attention_backends = ("eager", "sdpa")
+
+    def __init__(self, family: RexUniNLU, weights: Path, device: str, tokenizer, network):
+        self.family, self.weights, self.device = family, weights, device
+        self.is_demo = (weights / DEMO_MARKER).exists()
+        self.knobs = Knobs()
+        self.network = network
+        self.prompter = Prompter(tokenizer)
+        self.scorer = WindowScorer(network, tokenizer.pad_token_id, device)
+
+    def set_dtype(self, dtype: str) -> None:
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
+        if dtype != "fp32" and not self.device.startswith("cuda"):
+            raise InputError(f"{dtype} needs a CUDA device; on {self.device} use fp32")
+        self.network.plm.to(DTYPES[dtype])
+        for head in (self.network.ffnq, self.network.ffnk, self.network.rotary_emb):
+            head.float()                                     # the span head stays fp32
+        self.knobs.dtype = dtype
+
+    def extract(self, documents: Sequence[Document], batch_size: int = 8,
+                on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
+        if options:
+            raise InputError(f"rexuninlu takes no options {sorted(options)}")
+        self.network.attention_backend = self.knobs.attention
+        yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress)
+
+    def tokens_processed(self) -> int:
+        return self.scorer.tokens

@@ -1,0 +1,245 @@
+"""The RexUniNLU network: a DeBERTa-v2 encoder variant plus a rotary span head (spec §1.4).
+
+What differs from stock `DebertaV2Model`, and why we write our own:
+  * relative positions are taken from the prompt's custom position ids, un-bucketed;
+  * attention takes a per-sample [B, L, L] prompt-isolation mask;
+  * no absolute position or token-type embedding; ConvLayer after layer 0;
+  * the head: RoPE over the full hidden size on ffnq/ffnk, logits = q k^T with no scaling.
+
+Attention lives in `attend()`, one switch with an eager path (the reference maths) and SDPA.
+Padding rules for batching (spec §2.7): pad embeddings are zeroed before the conv (as the
+unpadded conv's zero padding would see them) and pad keys are masked.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from workstation.domain import WeightsError
+
+
+@dataclass
+class RexConfig:
+    vocab_size: int = 12800
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    position_buckets: int = 256
+    layer_norm_eps: float = 1e-7
+    conv_kernel_size: int = 3
+
+    # Fixed by this architecture; any other value in config.json is a different model.
+    FIXED = {"relative_attention": True, "share_att_key": True, "position_biased_input": False,
+             "type_vocab_size": 0, "max_relative_positions": -1, "norm_rel_ebd": "layer_norm",
+             "hidden_act": "gelu", "conv_act": "gelu"}
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "RexConfig":
+        if raw.get("model_type") != "deberta-v2":
+            raise WeightsError(f"config.json model_type is {raw.get('model_type')!r}, expected 'deberta-v2'")
+        for key, want in cls.FIXED.items():
+            if key in raw and raw[key] != want:
+                raise WeightsError(f"config.json {key}={raw[key]!r} is not supported (RexUniNLU uses {want!r})")
+        att = raw.get("pos_att_type", "c2p|p2c")
+        att = set(att.split("|") if isinstance(att, str) else att)
+        if att != {"c2p", "p2c"}:
+            raise WeightsError(f"config.json pos_att_type={raw.get('pos_att_type')!r}; expected c2p|p2c")
+        cfg = cls(**{f.name: raw[f.name] for f in fields(cls) if f.name in raw})
+        if cfg.hidden_size % cfg.num_attention_heads or cfg.hidden_size % 2 or cfg.num_hidden_layers < 1:
+            raise WeightsError("config.json: hidden_size must be even and divisible by num_attention_heads, "
+                               "with at least one layer")
+        return cfg
+
+    def to_dict(self) -> dict:
+        d = {"model_type": "deberta-v2", "architectures": ["DebertaV2ForMaskedLM"],
+             "attention_probs_dropout_prob": 0.1, "hidden_dropout_prob": 0.1, "initializer_range": 0.02,
+             "max_position_embeddings": 512, "pos_att_type": "c2p|p2c", **self.FIXED}
+        d.update(asdict(self))
+        return d
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+
+# ---------------------------------------------------------------- attention
+
+def attend(q, k, v, c2p_table, p2c_table, rel_idx, mask, scale: float, backend: str):
+    """Disentangled attention. q,k,v [B,H,L,d]; tables [B,H,L,2S]; rel_idx [B,L,L]; mask [B,L,L] bool."""
+    idx = rel_idx.unsqueeze(1).expand(-1, q.shape[1], -1, -1)                 # [B,H,L,L]
+    c2p = torch.gather(c2p_table, -1, idx)                                     # Q_i . PK[idx(i,j)]
+    p2c = torch.gather(p2c_table, -1, idx.transpose(-1, -2)).transpose(-1, -2)  # K_j . PQ[idx(i,j)]
+    keep = mask.unsqueeze(1)                                                   # [B,1,L,L]
+    if backend == "eager":
+        scores = q @ (k.transpose(-1, -2) * scale) + (c2p + p2c) * scale
+        scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
+        probs = torch.softmax(scores, dim=-1).masked_fill(~keep, 0.0)          # XSoftmax
+        return probs @ v
+    if backend == "sdpa":
+        # A finite minimum (not -inf) keeps fully masked pad rows finite instead of NaN.
+        bias = ((c2p + p2c) * scale).masked_fill(~keep, torch.finfo(q.dtype).min)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    raise ValueError(f"unknown attention backend {backend!r}")
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        d = cfg.hidden_size
+        self.heads = cfg.num_attention_heads
+        self.query_proj = nn.Linear(d, d)
+        self.key_proj = nn.Linear(d, d)
+        self.value_proj = nn.Linear(d, d)
+        self.scale = 1.0 / math.sqrt(cfg.head_dim * 3)     # 3 = 1 + c2p + p2c
+
+    def split(self, x):                                    # [B,L,D] -> [B,H,L,d]
+        return x.view(*x.shape[:-1], self.heads, -1).transpose(-3, -2)
+
+    def forward(self, x, rel, rel_idx, mask, backend):
+        q, k, v = self.split(self.query_proj(x)), self.split(self.key_proj(x)), self.split(self.value_proj(x))
+        # share_att_key: positions go through the same projections, bias included.
+        pq = self.split(self.query_proj(rel))              # [H,2S,d]
+        pk = self.split(self.key_proj(rel))
+        ctx = attend(q, k, v, q @ pk.transpose(-1, -2), k @ pq.transpose(-1, -2), rel_idx, mask, self.scale, backend)
+        return ctx.transpose(-3, -2).flatten(-2)           # [B,L,D]
+
+
+class DenseNorm(nn.Module):
+    """dense -> (+ residual) -> LayerNorm, the SelfOutput/Output block of DeBERTa."""
+
+    def __init__(self, d_in: int, d_out: int, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(d_in, d_out)
+        self.LayerNorm = nn.LayerNorm(d_out, eps=eps)
+
+    def forward(self, x, residual):
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        self.self = SelfAttention(cfg)
+        self.output = DenseNorm(cfg.hidden_size, cfg.hidden_size, cfg.layer_norm_eps)
+
+
+class Intermediate(nn.Module):
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        self.attention = Attention(cfg)
+        self.intermediate = Intermediate(cfg)
+        self.output = DenseNorm(cfg.intermediate_size, cfg.hidden_size, cfg.layer_norm_eps)
+
+    def forward(self, x, rel, rel_idx, mask, backend):
+        a = self.attention.output(self.attention.self(x, rel, rel_idx, mask, backend), x)
+        return self.output(F.gelu(self.intermediate.dense(a)), a)
+
+
+class ConvLayer(nn.Module):
+    """Mixes neighbours of the *embedding* output along the sequence; runs right after layer 0."""
+
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        k = cfg.conv_kernel_size
+        self.conv = nn.Conv1d(cfg.hidden_size, cfg.hidden_size, k, padding=(k - 1) // 2)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, emb, x, valid):                      # emb, x [B,L,D]; valid [B,L] bool
+        c = self.conv(emb.transpose(1, 2)).transpose(1, 2)
+        c = F.gelu(c.masked_fill(~valid.unsqueeze(-1), 0.0))
+        return self.LayerNorm(x + c) * valid.unsqueeze(-1).to(x.dtype)
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(Layer(cfg) for _ in range(cfg.num_hidden_layers))
+        self.rel_embeddings = nn.Embedding(2 * cfg.position_buckets, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.conv = ConvLayer(cfg)
+        self.span = cfg.position_buckets
+        self.checkpointing = False                          # gradient checkpointing (training only)
+
+    def forward(self, emb, position_ids, mask, valid, backend="eager"):
+        # Un-bucketed relative positions from the prompt position ids, shared by every layer.
+        rel_idx = (position_ids[:, :, None] - position_ids[:, None, :] + self.span).clamp(0, 2 * self.span - 1)
+        rel = self.LayerNorm(self.rel_embeddings.weight)   # [2S,D]
+        x = emb
+        for i, layer in enumerate(self.layer):
+            if self.checkpointing and self.training and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(layer, x, rel, rel_idx, mask, backend, use_reentrant=False)
+            else:
+                x = layer(x, rel, rel_idx, mask, backend)
+            if i == 0:
+                x = self.conv(emb, x, valid)
+        return x
+
+
+class Embeddings(nn.Module):
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(cfg.vocab_size + 4, cfg.hidden_size)   # + the 4 prompt tokens
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, input_ids):
+        return self.LayerNorm(self.word_embeddings(input_ids))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        self.embeddings = Embeddings(cfg)
+        self.encoder = Encoder(cfg)
+
+
+class Rotary(nn.Module):
+    """RoPE over the full hidden size, interleaved pairs (x0,x1) -> (-x1,x0)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.freqs = nn.Parameter(1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), requires_grad=False)
+
+    def forward(self, t, position_ids):                     # t [B,L,D]
+        ang = (position_ids.to(self.freqs.dtype)[..., None] * self.freqs).repeat_interleave(2, dim=-1)
+        ang = ang.to(t.dtype)                               # the reference casts the angle before cos/sin
+        pairs = t.unflatten(-1, (-1, 2))
+        rotated = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+        return t * ang.cos() + rotated * ang.sin()
+
+
+class RexModel(nn.Module):
+    """input_ids, position_ids [B,L]; mask [B,L,L] bool (True = may attend); valid [B,L] -> logits [B,L,L] fp32."""
+
+    def __init__(self, cfg: RexConfig):
+        super().__init__()
+        self.config = cfg
+        self.plm = Backbone(cfg)
+        self.ffnq = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.ffnk = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.rotary_emb = Rotary(cfg.hidden_size)
+        self.attention_backend = "eager"
+
+    def encode(self, input_ids, position_ids, mask, valid):
+        emb = self.plm.embeddings(input_ids) * valid.unsqueeze(-1).to(self.plm.embeddings.LayerNorm.weight.dtype)
+        return self.plm.encoder(emb, position_ids, mask, valid, self.attention_backend)
+
+    def span_logits(self, h, position_ids):
+        """The span head runs in fp32 whatever the encoder precision: logits near 0 decide spans."""
+        h = h.float()
+        q = self.rotary_emb(self.ffnq(h), position_ids)
+        k = self.rotary_emb(self.ffnk(h), position_ids)
+        return q @ k.transpose(-1, -2)
+
+    def forward(self, input_ids, position_ids, mask, valid):
+        return self.span_logits(self.encode(input_ids, position_ids, mask, valid), position_ids)

@@ -1,0 +1,210 @@
+"""Schema -> hints -> windows -> model inputs (spec §2).
+
+Project decision on top of the reference: no shuffling. Prefixes are packed in discovery order
+and types sorted by codepoint, which is what the reference does when `random.shuffle` is a no-op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from workstation.domain import InputError
+
+PREFIX, TYPE, CLASSIFY, MULTICLASSIFY = "[PREFIX]", "[TYPE]", "[CLASSIFY]", "[MULTICLASSIFY]"
+MAX_LEN, STRIDE, HINT_MAX_LEN, PREFIX_MAX_LEN, TYPE_MAX_LEN = 512, 32, 256, 125, 125
+
+# A prefix tuple is a path of extracted elements: (type, span, (start, end)[, confidence]).
+PrefixTuple = tuple
+
+
+# ---------------------------------------------------------------- schema
+
+def validate_schema(schema: Any, line: int | None = None, path: str = "schema") -> None:
+    """A schema is a non-empty object of type names -> None / {} / a nested schema."""
+    if not isinstance(schema, dict):
+        raise InputError(f"{path} must be a JSON object mapping type names to null or a nested object, "
+                         f"got {type(schema).__name__}", line)
+    if not schema:
+        raise InputError(f"{path} is empty; give at least one type, e.g. {{\"人物\": null}}", line)
+    for key, sub in schema.items():
+        if not isinstance(key, str) or not key.strip():
+            raise InputError(f"{path} has a blank or non-string key {key!r}", line)
+        for token in (PREFIX, TYPE, CLASSIFY, MULTICLASSIFY):
+            if token in key:
+                raise InputError(f"{path} key {key!r} contains the reserved token {token}, "
+                                 "which would corrupt the prompt", line)
+        if sub is None or sub == {}:
+            continue
+        validate_schema(sub, line, f"{path}[{key!r}]")
+
+
+def validate_text(text: Any, line: int | None = None) -> None:
+    if not isinstance(text, str):
+        raise InputError(f"text must be a string, got {type(text).__name__}", line)
+    for token in (PREFIX, TYPE):
+        if token in text:
+            raise InputError(f"text contains the reserved token {token}, which would corrupt the prompt", line)
+    if CLASSIFY in text and MULTICLASSIFY in text:
+        raise InputError(f"text contains both {CLASSIFY} and {MULTICLASSIFY}; use one", line)
+
+
+def legal_paths(schema: dict) -> set[tuple[str, ...]]:
+    """Root-to-leaf type paths: only full paths are output (a bare relation subject is not)."""
+    paths: set[tuple[str, ...]] = set()
+
+    def walk(node, prefix):
+        if not node:
+            paths.add(tuple(prefix))
+            return
+        for key, sub in node.items():
+            walk(sub, prefix + [key])
+    walk(schema, [])
+    return paths
+
+
+def task_kind(text: str) -> str:
+    if CLASSIFY in text:
+        return "cls"
+    if MULTICLASSIFY in text:
+        return "multi_cls"
+    return "no_cls"
+
+
+# ---------------------------------------------------------------- hints
+
+@dataclass
+class Hint:
+    text: str
+    # (prefix_tuple, type) -> character index of that type's [TYPE] token inside `text`
+    type_chars: dict[tuple[PrefixTuple, str], int] = field(default_factory=dict)
+
+
+class Prompter:
+    """Tokenizer-bound prompt building. Token counts are cached: schemas repeat across documents."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+        self.prefix_id, self.type_id, self.classify_id, self.multi_id = tokenizer.convert_tokens_to_ids(
+            [PREFIX, TYPE, CLASSIFY, MULTICLASSIFY])
+        self.token_count = lru_cache(maxsize=65536)(self._token_count)
+        self._last_piece: tuple | None = None
+
+    def _token_count(self, s: str) -> int:
+        return len(self.tok(s)["input_ids"]) - 1          # tokens + 1 (the [PREFIX]/[TYPE] in front)
+
+    def hints(self, level_map: dict[PrefixTuple, dict]) -> list[Hint]:
+        """Pack every (prefix, type) of one level into hints of at most 256 tokens (spec §2.3)."""
+        hints: list[Hint] = []
+        hint = Hint("")
+        n = 2                                               # [CLS] + [SEP]
+        for prefix in level_map:
+            ps = ",".join(f"{e[0]}: {e[1]}" for e in prefix)
+            lp = self.token_count(ps)
+            if lp > PREFIX_MAX_LEN:
+                continue                                    # the reference drops over-long prefixes silently
+            first = True
+            for t in sorted(level_map[prefix]):
+                lt = self.token_count(t)
+                if lt > TYPE_MAX_LEN:
+                    continue
+                if (first and n + lp + lt > HINT_MAX_LEN) or (not first and n + lt > HINT_MAX_LEN):
+                    if hint.text:
+                        hints.append(hint)
+                    hint = Hint(PREFIX + ps)
+                    n = 2 + lp + lt
+                else:
+                    if first:
+                        hint.text += PREFIX + ps
+                    n += (lp if first else 0) + lt
+                hint.type_chars[(prefix, t)] = len(hint.text)
+                hint.text += TYPE + t
+                first = False
+        if hint.text:
+            hints.append(hint)
+        return hints
+
+    # ------------------------------------------------------------ windows
+
+    def encode(self, hint: str, text: str, kind: str) -> dict[str, list]:
+        """[CLS] hint [SEP] text-window [SEP] for every window of `text` (spec §2.4).
+
+        Same windows as `tok(hint, text, truncation="only_second", max_length=512, stride=...,
+        return_overflowing_tokens=True)` gives in the reference's tokenizers: text windows of
+        512 - 3 - len(hint) tokens starting every (that - stride) tokens until the text is covered.
+        Built by hand because tokenizers 0.23 returns only the first overflow window.
+        """
+        h_ids, h_offs = self.pieces(hint)
+        t_ids, t_offs = self.pieces(text)
+        budget = MAX_LEN - 3 - len(h_ids)
+        step = budget - (STRIDE if kind == "no_cls" else 0)
+        spans = []
+        for start in range(0, max(len(t_ids), 1), step):
+            stop = min(start + budget, len(t_ids))
+            spans.append((start, stop))
+            if stop == len(t_ids):
+                break
+        head_ids = [self.cls_id] + h_ids + [self.sep_id]
+        head_offs = [(0, 0)] + h_offs + [(0, 0)]
+        out: dict[str, list] = {"input_ids": [], "token_type_ids": [], "offset_mapping": []}
+        for start, stop in spans:
+            out["input_ids"].append(head_ids + t_ids[start:stop] + [self.sep_id])
+            out["token_type_ids"].append([0] * len(head_ids) + [1] * (stop - start + 1))
+            out["offset_mapping"].append(head_offs + t_offs[start:stop] + [(0, 0)])
+        return out
+
+    def pieces(self, s: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids and character offsets of `s` alone (no special tokens); the last text is cached."""
+        if self._last_piece is not None and self._last_piece[0] == s:
+            return self._last_piece[1]
+        enc = self.tok(s, add_special_tokens=False, return_offsets_mapping=True)
+        result = (enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]])
+        if len(s) > 1000:
+            self._last_piece = (s, result)
+        return result
+
+    def layout(self, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """Position ids and the isolation structure of one window (spec §2.5–2.6).
+
+        grp[i]: the prefix group of a hint token, -1 for global tokens ([CLS], [SEP], text);
+        typ[i]: 0 for a prefix-span token, k >= 1 for the k-th type span of its group.
+        Every group restarts at position 1, every type span at 1 + len(prefix span);
+        the text region continues after the largest hint position.
+        """
+        if len(ids) < 2 or ids[0] != self.cls_id or ids[1] != self.prefix_id:
+            raise ValueError("a window must start with [CLS][PREFIX]")
+        pos, grp, typ = [0], [-1], [0]
+        group, ntype, prefix_len, span_len, region = -1, 0, 0, 0, "prefix"
+        for t in ids[1:]:
+            if t == self.prefix_id:
+                group, ntype, prefix_len, region = group + 1, 0, 1, "prefix"
+                pos.append(1)
+            elif t == self.type_id:
+                ntype, span_len, region = ntype + 1, 1, "type"
+                pos.append(1 + prefix_len)
+            elif t == self.sep_id or region == "text":
+                region = "text"
+                pos.append(-1)                              # filled in below
+                grp.append(-1)
+                typ.append(0)
+                continue
+            elif region == "prefix":
+                prefix_len += 1
+                pos.append(prefix_len)
+            else:
+                span_len += 1
+                pos.append(prefix_len + span_len)
+            grp.append(group)
+            typ.append(0 if region == "prefix" else ntype)
+        nxt = max(pos) + 1
+        for i, p in enumerate(pos):
+            if p == -1:
+                pos[i] = nxt
+                nxt += 1
+        return pos, grp, typ
+
+
+def allowed(grp_q: int, typ_q: int, grp_k: int, typ_k: int) -> bool:
+    """The prompt-isolation rule (closed form of the reference mask)."""
+    return grp_q < 0 or grp_k < 0 or (grp_q == grp_k and (typ_q == typ_k or typ_q == 0 or typ_k == 0))

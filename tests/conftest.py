@@ -1,0 +1,24 @@
+"""Shared test setup: CPU only, no installed third-party plugins, tiny generated checkpoints."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys._called_from_test = True            # installed entry-point plugins never load in tests
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+
+@pytest.fixture(scope="session")
+def rex_tiny(tmp_path_factory) -> Path:
+    """A tiny random RexUniNLU checkpoint in the official layout (session-wide, built once)."""
+    from plugins.rexuninlu import demo
+    return demo.write(tmp_path_factory.mktemp("rex") / "rexuninlu-tiny", "tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def rex_model(rex_tiny):
+    from plugins.rexuninlu.family import RexUniNLU
+    return RexUniNLU().load(rex_tiny)

@@ -1,0 +1,126 @@
+"""Decoding on hand-built links: the model is replaced by a scorer that links chosen spans."""
+import torch
+import pytest
+
+from plugins.rexuninlu.decoding import Links, best_of_hint, final_selection, type_tokens
+from plugins.rexuninlu.pipeline import document_run
+
+
+def token_at(window, char):
+    for i in range(window.n_hint, len(window.ids)):
+        a, b = window.offsets[i]
+        if a <= char < b:
+            return i
+    raise AssertionError(f"no token at char {char}")
+
+
+def drive(prompter, text, schema, decide):
+    """Run one document; decide(window) -> (positive (row, col) pairs, probs or None)."""
+    run = document_run(prompter, text, schema)
+    try:
+        windows = run.send(None)
+        while True:
+            windows = run.send([Links(*zip(*sorted(pairs)) if pairs else ([], []), probs)
+                                for pairs, probs in map(decide, windows)])
+    except StopIteration as stop:
+        return stop.value
+
+
+def linker(wanted):
+    """wanted: {(type, text span start, end)}; link head, tail and span for each, in every window."""
+    def decide(window):
+        pairs = set()
+        for tok, (prefix, t) in type_tokens(window).items():
+            for (wt, a, b) in wanted:
+                if wt == t and (not prefix or prefix[-1][1] is not None):
+                    h, tl = token_at(window, a), token_at(window, b - 1)
+                    pairs |= {(h, tl), (h, tok), (tok, tl)}
+        return pairs, None
+    return decide
+
+
+def test_linked_span_is_typed_and_offsets_index_the_text(rex_model):
+    text = "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。"
+    out = drive(rex_model.prompter, text, {"人物": None, "地理位置": None, "组织机构": None},
+                linker({("组织机构", 0, 6), ("地理位置", 14, 17)}))
+    assert out == [[{"type": "组织机构", "span": "北大西洋议会", "offset": [0, 6]}],
+                   [{"type": "地理位置", "span": "西班牙", "offset": [14, 17]}]]
+
+
+def test_span_without_its_tail_link_is_not_output(rex_model):
+    text = "张三在北京"
+    def decide(window):
+        tok = next(t for t, (_, ty) in type_tokens(window).items() if ty == "人物")
+        h, tl = token_at(window, 0), token_at(window, 1)
+        return {(h, tl), (h, tok)}, None               # no (type, tail) link
+    assert drive(rex_model.prompter, text, {"人物": None}, decide) == []
+
+
+def test_relation_recurses_one_level_and_outputs_only_full_paths(rex_model):
+    text = "中央电视台由张三创办"
+    schema = {"组织机构": {"创始人(人物)": None}}
+    out = drive(rex_model.prompter, text, schema, linker({("组织机构", 0, 5), ("创始人(人物)", 6, 8)}))
+    assert out == [[{"type": "组织机构", "span": "中央电视台", "offset": [0, 5]},
+                    {"type": "创始人(人物)", "span": "张三", "offset": [6, 8]}]]
+
+
+def test_leading_spaces_are_skipped_in_offsets(rex_model):
+    text = "abc  def"
+    out = drive(rex_model.prompter, text, {"词": None}, linker({("词", 5, 8)}))
+    assert out == [[{"type": "词", "span": "def", "offset": [5, 8]}]]
+
+
+def cls_probs(window, winner, high=0.95, low=0.3):
+    """probs where the cls token (first text token) links strongly to the `winner` type only."""
+    n = len(window.ids)
+    probs = torch.full((n, n), low)
+    nh = window.n_hint
+    for tok, (_, t) in type_tokens(window).items():
+        if t == winner:
+            probs[tok, nh] = probs[nh, tok] = high
+    probs[nh, nh] = high
+    return probs
+
+
+def test_single_label_takes_the_best_mean_confidence(rex_model):
+    text = "[CLASSIFY]这部电影太好看了"
+    def decide(window):
+        nh = window.n_hint
+        pairs = {(nh, nh)}
+        for tok in type_tokens(window):
+            pairs |= {(nh, tok), (tok, nh)}
+        return pairs, cls_probs(window, "正向")
+    out = drive(rex_model.prompter, text, {"正向": None, "负向": None}, decide)
+    assert out == [[{"type": "正向", "span": "[CLASSIFY]", "offset": [0, 10]}]]
+
+
+def test_blank_fallback_picks_by_confidence_when_nothing_links(rex_model):
+    text = "[CLASSIFY]这部电影太难看了"
+    out = drive(rex_model.prompter, text, {"正向": None, "负向": None},
+                lambda w: (set(), cls_probs(w, "负向")))
+    assert out == [[{"type": "负向", "span": "[CLASSIFY]", "offset": [0, 10]}]]
+
+
+def test_hierarchical_classification_recurses_with_the_cls_token(rex_model):
+    text = "[CLASSIFY]雨刷刮不干净怎么办"
+    schema = {"APP": {"蓝牙": None}, "电器": {"雨刮": None, "电子": None}}
+    out = drive(rex_model.prompter, text, schema, lambda w: (set(), cls_probs(w, "电器" if len(type_tokens(w)) == 2
+                                                                             else "雨刮")))
+    assert out == [[{"type": "电器", "span": "[CLASSIFY]", "offset": [0, 10]},
+                    {"type": "雨刮", "span": "[CLASSIFY]", "offset": [0, 10]}]]
+
+
+def test_multi_label_keeps_those_above_point_nine_else_the_best():
+    a = [{"type": "a", "confidence": 0.95}]
+    b = [{"type": "b", "confidence": 0.92}]
+    c = [{"type": "c", "confidence": 0.5}]
+    assert final_selection([a, b, c], "multi_cls") == [a, b]
+    assert final_selection([c, [{"type": "d", "confidence": 0.7}]], "multi_cls") == [[{"type": "d", "confidence": 0.7}]]
+    assert final_selection([c, a], "cls") == [a]
+
+
+def test_hint_candidate_averages_occurrences_per_key():
+    found = {"x": [[{"confidence": 0.9}], [{"confidence": 0.5}]], "y": [[{"confidence": 0.8}]]}
+    assert best_of_hint(found) == ("y", [0.8])
+    assert best_of_hint({"x": [[{"confidence": 0.1}]]}) == ("x", [0.1])
+    assert best_of_hint({}) is None

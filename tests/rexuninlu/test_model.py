@@ -1,0 +1,212 @@
+"""The network and the batched pipeline on a tiny random checkpoint."""
+import json
+import random
+import shutil
+
+import pytest
+import torch
+
+from plugins.rexuninlu.family import PRESETS, RexUniNLU
+from plugins.rexuninlu import loading
+from plugins.rexuninlu.pipeline import document_run
+from workstation.domain import Document, WeightsError
+
+NER = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
+
+
+def mixed_documents(n=40, seed=0):
+    rng = random.Random(seed)
+    chars = "北大西洋议会春季会议日在西班牙巴塞罗那闭幕中央电视台和中国电视剧制作中心根据古典文学名著摄制的一部古装连续剧"
+    docs = []
+    for i in range(n):
+        length = rng.choice([5, 30, 120, 400, 700])
+        text = "".join(rng.choice(chars) for _ in range(length))
+        preset = PRESETS[i % len(PRESETS)]
+        prefix = "[CLASSIFY]" if preset.text.startswith("[CLASSIFY]") else \
+            "[MULTICLASSIFY]" if preset.text.startswith("[MULTICLASSIFY]") else ""
+        docs.append(Document(str(i), prefix + text, preset.schema if i % 3 else NER))
+    return docs
+
+
+def outputs(model, docs, batch_size):
+    return [r.to_json()["output"] for r in model.extract(docs, batch_size=batch_size)]
+
+
+def test_sdpa_attention_matches_eager(rex_model):
+    docs = mixed_documents(16)
+    net = rex_model.network
+    w = rex_model.scorer
+    windows = [win for d in docs[:6] for win in document_run(rex_model.prompter, d.text, d.schema).send(None)]
+    ids, pos, grp, typ, valid = w.collate(windows)
+    mask = w.isolation_mask(grp, typ, valid)
+    with torch.no_grad():
+        net.attention_backend = "eager"
+        eager = net(ids, pos, mask, valid)
+        net.attention_backend = "sdpa"
+        sdpa = net(ids, pos, mask, valid)
+        net.attention_backend = "eager"
+    pairs = valid[:, :, None] & valid[:, None, :]
+    assert torch.allclose(eager[pairs], sdpa[pairs], atol=1e-4, rtol=1e-5)
+    rex_model.knobs.attention = "sdpa"
+    try:
+        via_sdpa = outputs(rex_model, docs, 8)
+    finally:
+        rex_model.knobs.attention = "eager"
+    assert via_sdpa == outputs(rex_model, docs, 8)
+
+
+def test_batched_windows_match_one_window_at_a_time(rex_model):
+    docs = mixed_documents(24)
+    alone = outputs(rex_model, docs, 1)
+    assert any(alone), "the tiny checkpoint should produce some outputs"
+    assert outputs(rex_model, docs, 16) == alone
+    assert outputs(rex_model, list(reversed(docs)), 7) == list(reversed(alone))
+
+
+def test_padding_does_not_change_logits_of_real_tokens(rex_model):
+    from plugins.rexuninlu.pipeline import document_run
+    short, long_ = mixed_documents(2)[0], Document("l", "北大西洋议会" * 50, NER)
+    ws = [document_run(rex_model.prompter, d.text, d.schema).send(None)[0] for d in (short, long_)]
+    s = rex_model.scorer
+    with torch.no_grad():
+        def logits(batch):
+            ids, pos, grp, typ, valid = s.collate(batch)
+            return rex_model.network(ids, pos, s.isolation_mask(grp, typ, valid), valid)
+        alone = logits([ws[0]])[0]
+        batched = logits(ws)[0]
+    n = len(ws[0].ids)
+    assert torch.allclose(alone[:n, :n], batched[:n, :n], atol=1e-5)
+
+
+def test_every_preset_runs_and_gives_the_task_shape(rex_model):
+    docs = [Document(p.name, p.text, p.schema) for p in PRESETS]
+    for preset, result in zip(PRESETS, rex_model.extract(docs, batch_size=4)):
+        depth = max(1, max_depth(preset.schema))
+        for info in result.tuples:
+            assert len(info) == depth
+            for span in info:
+                assert span.offset is not None
+                text = preset.text
+                if preset.text.startswith("["):
+                    assert span.span in ("[CLASSIFY]", "[MULTICLASSIFY]")
+                else:
+                    assert text[span.offset[0]:span.offset[1]] == span.span
+        if preset.text.startswith("[CLASSIFY]"):
+            assert len(result.tuples) == 1, preset.name    # single label: exactly one answer
+
+
+def max_depth(schema):
+    return 0 if not schema else 1 + max(max_depth(v) for v in schema.values())
+
+
+def test_long_text_runs_in_overlapping_windows(rex_model):
+    text = "".join(random.Random(1).choice("北大西洋议会春季会议日在西班牙巴塞罗那") for _ in range(3000))
+    enc = rex_model.prompter.encode("[PREFIX][TYPE]人物", text, "no_cls")
+    assert len(enc["input_ids"]) > 5
+    result = next(rex_model.extract([Document("x", text, NER)], batch_size=4))
+    for info in result.tuples:
+        a, b = info[0].offset
+        assert text[a:b] == info[0].span
+
+
+def test_200k_character_text_scores_in_bounded_steps(rex_model, monkeypatch):
+    """The pipeline, not the network, is under test: a cheap stand-in network links every
+    [TYPE] to each window's first 组织机构 span, so offsets are checked across 400+ windows."""
+    from plugins.rexuninlu import pipeline
+    seen = []
+    original = pipeline.WindowScorer.score
+    monkeypatch.setattr(pipeline.WindowScorer, "score",
+                        lambda self, ws, bs: (seen.append(len(ws)), original(self, ws, bs))[1])
+
+    def stand_in(ids, pos, mask, valid):
+        logits = torch.full(ids.shape + ids.shape[-1:], -1.0)
+        for b in range(ids.shape[0]):
+            sep = (ids[b] == 2).nonzero()[0, 0].item()
+            t = (ids[b] == rex_model.prompter.type_id).nonzero()[0, 0].item()
+            h, tl = sep + 2, sep + 6
+            logits[b, h, tl] = logits[b, h, t] = logits[b, t, tl] = 1.0
+        return logits
+    monkeypatch.setattr(rex_model.scorer, "network", stand_in)
+    text = ("中央电视台和中国电视剧制作中心。" * 12500)[:200_000]
+    result = next(rex_model.extract([Document("huge", text, {"组织机构": None})], batch_size=32))
+    assert max(seen) <= pipeline.WINDOWS_PER_STEP and sum(seen) > 400
+    assert len(result.tuples) == sum(seen)
+    assert all(text[s.offset[0]:s.offset[1]] == s.span and len(s.span) == 5 for t in result.tuples for s in t)
+
+
+def test_empty_text_gives_empty_output(rex_model):
+    assert outputs(rex_model, [Document("e", "", NER), Document("s", "   ", NER)], 4) == [[], []]
+
+
+# ---------------------------------------------------------------- loading
+
+def corrupt_copy(src, tmp_path, edit):
+    dst = tmp_path / "w"
+    shutil.copytree(src, dst)
+    state = torch.load(dst / "pytorch_model.bin", weights_only=True)
+    edit(state)
+    torch.save(state, dst / "pytorch_model.bin")
+    return dst
+
+
+def test_missing_key_is_named(rex_tiny, tmp_path):
+    d = corrupt_copy(rex_tiny, tmp_path, lambda s: s.pop("plm.encoder.conv.conv.weight"))
+    with pytest.raises(WeightsError, match="missing keys: plm.encoder.conv.conv.weight"):
+        RexUniNLU().load(d)
+
+
+def test_unexpected_key_is_named_but_position_ids_buffer_is_benign(rex_tiny, tmp_path):
+    d = corrupt_copy(rex_tiny, tmp_path, lambda s: s.update({"plm.pooler.dense.weight": torch.zeros(1),
+                                                             "plm.embeddings.position_ids": torch.arange(512)}))
+    with pytest.raises(WeightsError, match="unexpected keys: plm.pooler.dense.weight$"):
+        RexUniNLU().load(d)
+
+
+def test_misshaped_key_is_named(rex_tiny, tmp_path):
+    d = corrupt_copy(rex_tiny, tmp_path, lambda s: s.update({"ffnq.bias": torch.zeros(3)}))
+    with pytest.raises(WeightsError, match=r"ffnq.bias has shape \(3,\)"):
+        RexUniNLU().load(d)
+
+
+def test_vocab_size_must_match_vocab_txt(rex_tiny, tmp_path):
+    d = tmp_path / "w"
+    shutil.copytree(rex_tiny, d)
+    with open(d / "vocab.txt", "a", encoding="utf-8") as f:
+        f.write("多余\n")
+    with pytest.raises(WeightsError, match="vocab_size=12800 but vocab.txt has 12801 lines"):
+        RexUniNLU().load(d)
+
+
+def test_corrupt_or_missing_weights_give_clear_errors(rex_tiny, tmp_path):
+    d = tmp_path / "w"
+    shutil.copytree(rex_tiny, d)
+    (d / "pytorch_model.bin").write_bytes(b"not a checkpoint")
+    with pytest.raises(WeightsError, match="could not be read"):
+        RexUniNLU().load(d)
+    (d / "pytorch_model.bin").unlink()
+    with pytest.raises(WeightsError, match="has no weights"):
+        RexUniNLU().load(d)
+    with pytest.raises(WeightsError, match="does not exist"):
+        RexUniNLU().load(tmp_path / "nowhere")
+    (d / "config.json").write_text("{", "utf-8")
+    with pytest.raises(WeightsError, match="not valid JSON"):
+        loading.read_config(d)
+
+
+def test_safetensors_layout_loads_the_same(rex_tiny, tmp_path, rex_model):
+    from safetensors.torch import save_file
+    d = tmp_path / "st"
+    shutil.copytree(rex_tiny, d)
+    state = torch.load(d / "pytorch_model.bin", weights_only=True)
+    (d / "pytorch_model.bin").unlink()
+    save_file(state, str(d / "model.safetensors"))
+    docs = mixed_documents(6)
+    assert outputs(RexUniNLU().load(d), docs, 4) == outputs(rex_model, docs, 4)
+
+
+def test_demo_checkpoint_is_the_released_architecture(tmp_path):
+    from plugins.rexuninlu import demo
+    from plugins.rexuninlu.modeling import RexModel
+    cfg = demo.SIZES["full"]
+    assert sum(p.numel() for p in RexModel(cfg).parameters()) == 98_237_568
+    assert json.loads(json.dumps(cfg.to_dict()))["vocab_size"] == 12800

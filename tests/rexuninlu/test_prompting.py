@@ -1,0 +1,109 @@
+import pytest
+
+from plugins.rexuninlu.prompting import Prompter, allowed, legal_paths, validate_schema, validate_text
+from workstation.domain import InputError
+
+
+@pytest.fixture(scope="module")
+def prompter(rex_model):
+    return rex_model.prompter
+
+
+def test_types_are_sorted_by_codepoint_in_one_hint(prompter):
+    hints = prompter.hints({(): {"组织机构": None, "人物": None, "地理位置": None}})
+    assert [h.text for h in hints] == ["[PREFIX][TYPE]人物[TYPE]地理位置[TYPE]组织机构"]
+    assert hints[0].type_chars == {((), "人物"): 8, ((), "地理位置"): 16, ((), "组织机构"): 26}
+
+
+def test_prefixes_pack_into_one_hint_in_discovery_order(prompter):
+    p1 = (("组织机构", "中央电视台", (0, 5)),)
+    p2 = (("组织机构", "央视", (7, 9)),)
+    hints = prompter.hints({p1: {"成立日期(时间)": None}, p2: {"成立日期(时间)": None}})
+    assert hints[0].text == ("[PREFIX]组织机构: 中央电视台[TYPE]成立日期(时间)"
+                             "[PREFIX]组织机构: 央视[TYPE]成立日期(时间)")
+
+
+def test_large_schema_splits_into_hints_of_at_most_256_tokens(prompter):
+    schema = {f"很长的实体类型名称第{i}号": None for i in range(80)}
+    hints = prompter.hints({(): schema})
+    assert len(hints) > 1
+    assert all(h.text.startswith("[PREFIX]") for h in hints)
+    for h in hints:
+        assert len(prompter.tok(h.text)["input_ids"]) <= 256
+    assert sum(len(h.type_chars) for h in hints) == 80
+
+
+def test_position_ids_restart_per_group_and_type(prompter):
+    hint = prompter.hints({(): {"组织机构": None, "人物": None, "地理位置": None}})[0]
+    enc = prompter.encode(hint.text, "西班牙巴塞罗那", "no_cls")
+    pos, grp, typ = prompter.layout(enc["input_ids"][0])
+    assert pos == [0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert grp[:2] == [-1, 0] and grp[-9:] == [-1] * 9
+    assert typ[1:15] == [0, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3]
+
+
+def reference_mask(ids, prefix_id, type_id, sep_id):
+    """The reference's loop construction (spec §2.6), written out for the test."""
+    n = len(ids)
+    groups, region = [], None
+    for i, t in enumerate(ids[1:], start=1):
+        if t == prefix_id:
+            groups.append({"start": i, "types": []})
+        elif t == type_id:
+            groups[-1]["types"].append([i, i])
+        elif t == sep_id:
+            break
+        elif groups[-1]["types"]:
+            groups[-1]["types"][-1][1] = i
+    m = [[1] * n for _ in range(n)]
+    for gi in groups:
+        for gj in groups:
+            if gi is not gj:
+                for a in range(gi["start"], gi["types"][-1][1] + 1):
+                    for b in range(gj["start"], gj["types"][-1][1] + 1):
+                        m[a][b] = 0
+        for ti in gi["types"]:
+            for tj in gi["types"]:
+                if ti is not tj:
+                    for a in range(ti[0], ti[1] + 1):
+                        for b in range(tj[0], tj[1] + 1):
+                            m[a][b] = 0
+    return m
+
+
+def test_isolation_mask_closed_form_equals_reference_construction(prompter):
+    p1, p2 = (("组织机构", "中央电视台", (0, 5)),), (("人物", "张三", (7, 9)),)
+    hint = prompter.hints({p1: {"创始人(人物)": None, "简称": None}, p2: {"毕业院校": None, "国籍": None}})[0]
+    ids = prompter.encode(hint.text, "中央电视台由张三创办", "no_cls")["input_ids"][0]
+    _, grp, typ = prompter.layout(ids)
+    closed = [[int(allowed(grp[q], typ[q], grp[k], typ[k])) for k in range(len(ids))] for q in range(len(ids))]
+    assert closed == reference_mask(ids, prompter.prefix_id, prompter.type_id, prompter.sep_id)
+
+
+def test_legal_paths_are_root_to_leaf():
+    assert legal_paths({"组织机构": {"创始人(人物)": None, "简称": {}}, "人物": None}) == {
+        ("组织机构", "创始人(人物)"), ("组织机构", "简称"), ("人物",)}
+
+
+@pytest.mark.parametrize("schema, message", [
+    (["人物"], "must be a JSON object"),
+    ("人物", "must be a JSON object"),
+    ({}, "is empty"),
+    ({"": None}, "blank"),
+    ({"  ": None}, "blank"),
+    ({"人物": {"": None}}, "blank"),
+    ({"人物": ["x"]}, "must be a JSON object"),
+    ({"[TYPE]人物": None}, "reserved token [TYPE]"),
+    ({"人物": {"[PREFIX]": None}}, "reserved token [PREFIX]"),
+    ({"[CLASSIFY]好": None}, "reserved token [CLASSIFY]"),
+    ({"[MULTICLASSIFY]": None}, "reserved token [MULTICLASSIFY]"),
+])
+def test_bad_schemas_are_rejected_with_the_line(schema, message):
+    with pytest.raises(InputError, match=rf"line 7: .*{message.replace('[', '.').replace(']', '.')}"):
+        validate_schema(schema, line=7)
+
+
+@pytest.mark.parametrize("text", ["a[TYPE]b", "[PREFIX]x", "[CLASSIFY][MULTICLASSIFY]x", 5])
+def test_bad_texts_are_rejected(text):
+    with pytest.raises(InputError, match="line 3"):
+        validate_text(text, line=3)

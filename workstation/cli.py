@@ -1,0 +1,180 @@
+"""The command line (design.md §4). `launcher.py` bootstraps the venv, then calls `main`."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from workstation import engine, plugins
+from workstation.domain import InputError, WeightsError
+from workstation.settings import ROOT, load_settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 launcher.py", description="IE Workstation")
+    sub = p.add_subparsers(dest="command")
+    sub.add_parser("ui", help="start the workstation UI (the default)")
+    t = sub.add_parser("test", help="run the test suite")
+    t.add_argument("pytest_args", nargs=argparse.REMAINDER)
+
+    x = sub.add_parser("extract", help="run a model over an input file")
+    x.add_argument("--model", required=True)
+    x.add_argument("--weights", help="checkpoint directory (default: settings.toml, else demo weights)")
+    x.add_argument("--input", required=True, type=Path)
+    x.add_argument("--output", required=True, type=Path)
+    x.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: settings.toml)")
+    x.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16"])
+    x.add_argument("--batch-size", type=int, default=None)
+    x.add_argument("--optimizations", default=None, help="comma-separated names, or 'none' for fp32 eager")
+    x.add_argument("--schema", default=None, help="JSON or a JSON file: the default for lines without one")
+    x.add_argument("--max-new-tokens", type=int, default=None)
+    x.add_argument("--num-beams", type=int, default=None)
+    x.add_argument("--repetition-penalty", type=float, default=None)
+    x.add_argument("--skip-invalid", action="store_true", help="skip bad input lines and report them")
+    x.add_argument("--no-record", action="store_true", help="do not record the run in the history database")
+
+    d = sub.add_parser("demo-weights", help="write random-weight demo checkpoints of the real architectures")
+    d.add_argument("--model", default=None, help="one model (default: all)")
+    d.add_argument("--size", default="all", choices=["full", "tiny", "all"])
+    d.add_argument("--out", type=Path, default=None, help="parent directory (default: settings.toml)")
+
+    b = sub.add_parser("bench", help="the benchmark suite (see docs/benchmarks.md)")
+    b.add_argument("bench_args", nargs=argparse.REMAINDER)
+    f = sub.add_parser("finetune", help="fine-tune a model on gold examples")
+    f.add_argument("finetune_args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = args.command or "ui"
+    try:
+        if command == "test":
+            return run_tests(args.pytest_args)
+        if command == "ui":
+            return run_ui()
+        if command == "extract":
+            return extract(args)
+        if command == "demo-weights":
+            return demo_weights(args)
+        if command == "bench":
+            from workstation.bench import main as bench_main
+            return bench_main(args.bench_args)
+        if command == "finetune":
+            from workstation.finetune import main as finetune_main
+            return finetune_main(args.finetune_args)
+    except (InputError, WeightsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, InputError) else 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def run_tests(pytest_args: list[str]) -> int:
+    code = subprocess.call([sys.executable, "-m", "pytest", *(pytest_args or ["tests"])], cwd=ROOT)
+    return code if code != 5 else 1          # "no tests collected" is a failure, not a pass
+
+
+def run_ui() -> int:
+    s = load_settings()
+    ensure_demo_weights(s)
+    return subprocess.call([sys.executable, "-m", "streamlit", "run", str(ROOT / "workstation" / "ui" / "app.py"),
+                            "--server.address", s.ui_host, "--server.port", str(s.ui_port),
+                            "--server.headless", "true", "--browser.gatherUsageStats", "false"], cwd=ROOT)
+
+
+def ensure_demo_weights(settings) -> None:
+    """First run without configured weights: write the demo checkpoints the UI will use."""
+    for name, fam in plugins.model_families().items():
+        weights, is_demo = settings.weights_for(name)
+        if is_demo and not weights.exists():
+            print(f"writing {name} demo weights (random; outputs are meaningless) to {weights} ...", file=sys.stderr)
+            fam.write_demo_weights(weights, settings.demo_size())
+
+
+def demo_weights(args) -> int:
+    s = load_settings()
+    out = args.out or s.path(s.demo_weights_dir)
+    families = plugins.model_families()
+    names = [args.model] if args.model else list(families)
+    for name in names:
+        fam = engine.family(name)
+        for size in (["full", "tiny"] if args.size == "all" else [args.size]):
+            path = fam.write_demo_weights(out / f"{name}-{size}", size)
+            print(f"{name} {size}: {path}  (RANDOM weights: outputs are meaningless)")
+    return 0
+
+
+def extract(args) -> int:
+    from workstation.inputs import parse_schema_arg, read_documents
+    s = load_settings()
+    fam = engine.family(args.model)
+    ms = s.model(args.model)
+    default = parse_schema_arg(args.schema)
+    documents, skipped = read_documents(args.input, default, args.skip_invalid)
+    valid = []
+    for doc in documents:
+        try:
+            fam.validate(doc)
+            valid.append(doc)
+        except InputError as e:
+            if not args.skip_invalid:
+                raise
+            skipped.append(e)
+    for e in skipped:
+        print(f"skipped: {e}", file=sys.stderr)
+
+    weights = Path(args.weights) if args.weights else s.weights_for(args.model)[0]
+    device = engine.resolve_device(args.device or ms.device)
+    dtype = args.dtype or ms.dtype
+    model = engine.load_model(args.model, weights, device, "fp32")
+    names = s.optimizations if args.optimizations is None else \
+        [n.strip() for n in args.optimizations.split(",") if n.strip() and n.strip() != "none"]
+    active = engine.apply_optimizations(model, names)
+    if dtype != model.knobs.dtype:
+        model.set_dtype(dtype)
+    options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
+                                 ("repetition_penalty", args.repetition_penalty)) if v is not None}
+    batch_size = args.batch_size or ms.batch_size
+    if batch_size < 1:
+        raise InputError("--batch-size must be at least 1")
+
+    # Write to a temporary file beside the output and rename: no partial output on failure.
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{args.output.name}.", dir=args.output.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            report = engine.run(model, valid, batch_size, active,
+                                on_result=lambda r: out.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n"),
+                                keep_results=not args.no_record, **options)
+        os.replace(tmp, args.output)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    summary = report.summary()
+    print(f"{report.documents} documents in {report.wall_seconds:.2f}s on {report.device} ({report.dtype}); "
+          f"output: {args.output}" + (f"; {len(skipped)} skipped" if skipped else ""), file=sys.stderr)
+    if model.is_demo:
+        print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
+    if not args.no_record:
+        record(s, report, valid, summary)
+    return 0
+
+
+def record(settings, report, documents, summary) -> None:
+    """Keep the run in the history database; a failure here must not lose the output already written."""
+    try:
+        from storage.repository import open_store
+    except ImportError:
+        return
+    try:
+        open_store(settings.path(settings.database)).record_run(report, documents, source="cli",
+                                                                 settings_snapshot={"summary": summary})
+    except Exception as e:              # noqa: BLE001 - reported, the run itself succeeded
+        print(f"warning: the run was not recorded in the history ({type(e).__name__}: {e})", file=sys.stderr)

@@ -1,0 +1,79 @@
+"""The shapes every model, the engine, storage and the UI agree on.
+
+One `Result` shape for both models: a list of tuples, each tuple a list of typed
+spans with [start, end) character offsets into the document text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class InputError(ValueError):
+    """Bad user input (schema, text, file). The message says what and where."""
+
+    def __init__(self, message: str, line: int | None = None):
+        self.line = line
+        super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+class WeightsError(RuntimeError):
+    """Missing, corrupt or mismatched model weights."""
+
+
+@dataclass(frozen=True)
+class Span:
+    type: str
+    span: str
+    offset: tuple[int, int] | None          # None: a generated span not found in the text, or a label
+    confidence: float | None = None
+    grounded: bool | None = None            # generative extraction: was the span found in the text?
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "span": self.span,
+                               "offset": list(self.offset) if self.offset is not None else None}
+        if self.confidence is not None:
+            out["confidence"] = self.confidence
+        if self.grounded is not None:
+            out["grounded"] = self.grounded
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Span":
+        off = d.get("offset")
+        return cls(d["type"], d["span"], tuple(off) if off is not None else None, d.get("confidence"),
+                   d.get("grounded"))
+
+
+@dataclass
+class Document:
+    """One input: text plus what to extract. `schema` drives RexUniNLU; `task`/`labels` drive SeqGPT."""
+
+    id: str
+    text: str
+    schema: dict[str, Any] | None = None
+    task: str | None = None
+    labels: list[str] | None = None
+    line: int | None = None                  # 1-based line of the input file, for error messages
+
+
+@dataclass
+class Result:
+    document_id: str
+    tuples: list[list[Span]] = field(default_factory=list)
+    raw: list[str] | None = None             # generative models: the generated text per prompt chunk
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.document_id,
+                               "output": [[s.to_json() for s in t] for t in self.tuples]}
+        if self.raw is not None:
+            out["raw"] = self.raw
+        if self.warnings:
+            out["warnings"] = self.warnings
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Result":
+        return cls(str(d["id"]), [[Span.from_json(s) for s in t] for t in d.get("output", [])],
+                   d.get("raw"), list(d.get("warnings", [])))

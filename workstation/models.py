@@ -1,0 +1,95 @@
+"""What a model plugin provides, and what a loaded model exposes to the engine and to optimizations."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from workstation.domain import Document, Result
+
+
+@dataclass(frozen=True)
+class TaskPreset:
+    """A task a model supports, with an example the UI can fill in."""
+
+    name: str
+    title: str
+    text: str
+    schema: Any                       # RexUniNLU: the schema dict; SeqGPT: the label list
+    description: str = ""
+
+
+@dataclass
+class Knobs:
+    """The switches optimizations turn on a loaded model. The model reads them on every batch.
+
+    dtype:         "fp32" | "fp16" | "bf16" for weights and activations (fragile parts stay fp32)
+    attention:     the attention kernel: "eager" | "sdpa" | a fused kernel the model offers
+    unpad:         pack sequences / bucket by length instead of padding (lossless)
+    cuda_graphs:   capture static shape buckets as CUDA graphs (memory pool)
+    checkpointing: gradient checkpointing of the blocks (training only)
+    """
+
+    dtype: str = "fp32"
+    attention: str = "eager"
+    unpad: bool = False
+    cuda_graphs: bool = False
+    checkpointing: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class LoadedModel(ABC):
+    """A model on a device, ready to extract. Knobs are changed by optimizations between runs."""
+
+    family: "ModelFamily"
+    weights: Path
+    device: str
+    is_demo: bool
+    knobs: Knobs
+    attention_backends: tuple[str, ...] = ("eager", "sdpa")
+
+    @abstractmethod
+    def extract(self, documents: Sequence[Document], batch_size: int = 8,
+                on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
+        """Yield one Result per document, in input order. Batches across documents."""
+
+    @abstractmethod
+    def set_dtype(self, dtype: str) -> None:
+        """Cast the weights (fragile parts stay fp32) and record it in knobs."""
+
+    def tokens_processed(self) -> int:
+        """Tokens fed to the network since load (for run statistics)."""
+        return 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": self.family.name, "weights": str(self.weights), "device": self.device,
+                "demo": self.is_demo, "dtype": self.knobs.dtype, "attention": self.knobs.attention}
+
+
+class ModelFamily(ABC):
+    """A model plugin: its tasks, input validation, loading and demo weights."""
+
+    name: str
+    title: str
+    tasks: dict[str, TaskPreset]
+
+    @abstractmethod
+    def validate(self, document: Document) -> None:
+        """Raise InputError (with the document's line) if the document cannot be run."""
+
+    @abstractmethod
+    def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> LoadedModel:
+        """Load the official checkpoint layout strictly; raise WeightsError with an actionable message."""
+
+    @abstractmethod
+    def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
+        """Write random-weight checkpoints of the real architecture ("full" or "tiny") and return the dir."""
+
+    def is_demo(self, weights: Path) -> bool:
+        return (Path(weights) / DEMO_MARKER).exists()
+
+
+DEMO_MARKER = "RANDOM_DEMO_WEIGHTS.txt"
+DEMO_NOTICE = ("RANDOM DEMO WEIGHTS: outputs are meaningless. Set the weight path in settings.toml "
+               "to the official checkpoint directory.")

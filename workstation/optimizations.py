@@ -1,0 +1,29 @@
+"""What an optimization plugin provides. Each one turns knobs on a LoadedModel (see models.Knobs)."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Literal
+
+from workstation.models import LoadedModel
+
+Switch = Literal["live", "reload", "restart"]
+
+
+class Optimization(ABC):
+    name: str                 # the id used by --optimizations and settings.toml
+    title: str
+    description: str          # one honest line
+    switch: Switch = "live"   # live: acts on the loaded model; reload: model is reloaded; restart: process restart
+    lossless: bool = True     # False: outputs may move within a stated tolerance (reduced precision)
+
+    @abstractmethod
+    def applies_to(self, model: LoadedModel) -> tuple[bool, str]:
+        """(yes/no, the reason a person can read)."""
+
+    @abstractmethod
+    def enable(self, model: LoadedModel, **params) -> str:
+        """Switch on; return what now runs (e.g. the kernel chosen)."""
+
+    @abstractmethod
+    def disable(self, model: LoadedModel) -> None:
+        """Back to the fp32 eager behaviour for what this optimization controls."""

@@ -1,0 +1,69 @@
+"""User settings (settings.toml at the repo root), with working defaults."""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PATH = Path(os.environ.get("IEW_SETTINGS", ROOT / "settings.toml"))
+
+
+@dataclass
+class ModelSettings:
+    weights: str = ""            # official checkpoint dir; "" = use the demo weights
+    device: str = "auto"         # auto | cpu | cuda | cuda:N
+    dtype: str = "fp32"
+    batch_size: int = 16
+
+
+@dataclass
+class Settings:
+    models: dict[str, ModelSettings] = field(default_factory=dict)
+    optimizations: list[str] = field(default_factory=list)
+    database: str = "data/runs.db"
+    demo_weights_dir: str = "data/demo-weights"
+    demo_size_setting: str = "auto"        # auto: full-size on a CUDA machine, tiny on CPU
+    ui_host: str = "127.0.0.1"
+    ui_port: int = 8501
+    monitor_interval_s: float = 1.0
+
+    def path(self, relative: str) -> Path:
+        p = Path(relative).expanduser()
+        return p if p.is_absolute() else ROOT / p
+
+    def model(self, name: str) -> ModelSettings:
+        return self.models.get(name, ModelSettings())
+
+    def demo_size(self) -> str:
+        if self.demo_size_setting != "auto":
+            return self.demo_size_setting
+        import torch
+        return "full" if torch.cuda.is_available() else "tiny"
+
+    def weights_for(self, name: str) -> tuple[Path, bool]:
+        """(weights dir, is_demo). Falls back to a demo checkpoint when none is configured."""
+        configured = self.model(name).weights
+        if configured:
+            return self.path(configured), False
+        return self.path(self.demo_weights_dir) / f"{name}-{self.demo_size()}", True
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    path = path or DEFAULT_PATH
+    data: dict[str, Any] = tomllib.loads(path.read_text("utf-8")) if path.exists() else {}
+    s = Settings()
+    for name, m in data.get("models", {}).items():
+        s.models[name] = ModelSettings(**{k: v for k, v in m.items() if k in ModelSettings.__dataclass_fields__})
+    s.optimizations = list(data.get("optimizations", {}).get("enabled", []))
+    store = data.get("storage", {})
+    s.database = store.get("database", s.database)
+    s.demo_weights_dir = store.get("demo_weights_dir", s.demo_weights_dir)
+    s.demo_size_setting = store.get("demo_size", s.demo_size_setting)
+    ui = data.get("ui", {})
+    s.ui_host = ui.get("host", s.ui_host)
+    s.ui_port = int(ui.get("port", s.ui_port))
+    s.monitor_interval_s = float(data.get("monitor", {}).get("interval_s", s.monitor_interval_s))
+    return s
