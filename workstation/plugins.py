@@ -3,6 +3,7 @@
 Environment switches:
   IEW_LOAD_PLUGINS=a,b   load only these installed distributions' entry points ("" = none)
   IEW_TRACE_PLUGINS=1    print every hook call to stderr
+  IEW_BLOCK_PLUGINS=a,b  do not load these plugins, built-in ones included (by name)
 """
 from __future__ import annotations
 
@@ -45,7 +46,11 @@ def load_plugins() -> None:
         else:
             for name in filter(None, (n.strip() for n in allow.split(","))):
                 pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+    for name in filter(None, (n.strip() for n in os.environ.get("IEW_BLOCK_PLUGINS", "").split(","))):
+        pm.set_blocked(name)
     for module_name in DEFAULT_PLUGINS:
+        if pm.is_blocked(module_name):
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
