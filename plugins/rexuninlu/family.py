@@ -83,7 +83,7 @@ class LoadedRex(LoadedModel):
         self.knobs = Knobs()
         self.network = network
         self.prompter = Prompter(tokenizer)
-        self.scorer = WindowScorer(network, tokenizer.pad_token_id, device)
+        self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device)
 
     def set_dtype(self, dtype: str) -> None:
         if dtype not in DTYPES:

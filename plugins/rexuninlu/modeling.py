@@ -147,7 +147,12 @@ class Layer(nn.Module):
 
 
 class ConvLayer(nn.Module):
-    """Mixes neighbours of the *embedding* output along the sequence; runs right after layer 0."""
+    """Mixes neighbours of the *embedding* output along the sequence; runs right after layer 0.
+
+    The kernel-3 convolution is computed as one GEMM over [x(t-1), x(t), x(t+1)] (zeros past the
+    ends, as conv padding): the same sums as Conv1d, without cuDNN picking algorithms whose
+    workspace ran to tens of GB at some batch shapes.
+    """
 
     def __init__(self, cfg: RexConfig):
         super().__init__()
@@ -156,7 +161,12 @@ class ConvLayer(nn.Module):
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
     def forward(self, emb, x, valid):                      # emb, x [B,L,D]; valid [B,L] bool
-        c = self.conv(emb.transpose(1, 2)).transpose(1, 2)
+        k = self.conv.kernel_size[0]
+        half = (k - 1) // 2
+        padded = F.pad(emb, (0, 0, half, k - 1 - half))    # [B,L+k-1,D]
+        taps = torch.cat([padded[:, i:i + emb.shape[1]] for i in range(k)], dim=-1)    # [B,L,k*D]
+        weight = self.conv.weight.permute(0, 2, 1).flatten(1)                          # [D, k*D]
+        c = F.linear(taps, weight, self.conv.bias)
         c = F.gelu(c.masked_fill(~valid.unsqueeze(-1), 0.0))
         return self.LayerNorm(x + c) * valid.unsqueeze(-1).to(x.dtype)
 

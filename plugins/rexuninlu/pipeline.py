@@ -90,8 +90,8 @@ def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, k
 class WindowScorer:
     """Scores windows in length-bucketed batches on the model's device."""
 
-    def __init__(self, network: RexModel, pad_id: int, device: str):
-        self.network, self.pad_id, self.device = network, pad_id, torch.device(device)
+    def __init__(self, network: RexModel, pad_id: int, type_id: int, device: str):
+        self.network, self.pad_id, self.type_id, self.device = network, pad_id, type_id, torch.device(device)
         self.tokens = 0
         self.on_backoff: Callable[[int], None] | None = None
 
@@ -124,20 +124,31 @@ class WindowScorer:
             (typ[:, :, None] == typ[:, None, :]) | (typ[:, :, None] == 0) | (typ[:, None, :] == 0))
         return (glob[:, :, None] | glob[:, None, :] | same) & valid[:, None, :]
 
+    def readable_links(self, logits, ids, valid, windows):
+        """Positive entries decoding can use, row-major like torch.where: [K,3] (window, row, col).
+
+        Lossless filter: a text span (r <= c) counts only if r links to some [TYPE] and some [TYPE]
+        links to c; links count only between a [TYPE] token and the text. Everything else the
+        decoder would skip, so dropping it on the device saves the transfer and the Python loop.
+        """
+        positive = logits > 0
+        nh = torch.tensor([w.n_hint for w in windows], device=ids.device)[:, None]
+        idx = torch.arange(ids.shape[1], device=ids.device)[None]
+        text = (idx >= nh) & valid                                     # [B,L]
+        type_tok = (ids == self.type_id) & (idx < nh)                  # [B,L]
+        head_link = positive & text[:, :, None] & type_tok[:, None, :]   # row text -> col [TYPE]
+        tail_link = positive & type_tok[:, :, None] & text[:, None, :]   # row [TYPE] -> col text
+        heads, tails = head_link.any(-1), tail_link.any(-2)            # [B,L]
+        upper = torch.ones_like(positive[0]).triu()                     # row <= col
+        span = positive & upper & (heads & text)[:, :, None] & (tails & text)[:, None, :]
+        return (span | head_link | tail_link).nonzero()
+
     @torch.inference_mode()
     def forward(self, windows: Sequence[Window]) -> list[Links]:
         ids, pos, grp, typ, valid = self.collate(windows)
         logits = self.network(ids, pos, self.isolation_mask(grp, typ, valid), valid)
         self.tokens += sum(len(w.ids) for w in windows)
-        # Only entries decoding reads: text spans on/above the diagonal and hint<->text links.
-        nh = torch.tensor([w.n_hint for w in windows], device=ids.device)[:, None]
-        idx = torch.arange(ids.shape[1], device=ids.device)[None]
-        text = (idx >= nh) & valid                           # [B,L]
-        hint = idx < nh
-        upper = idx.transpose(0, 1) <= idx                    # [L,L] row <= col
-        read = (text[:, :, None] & text[:, None, :] & upper) | (text[:, :, None] & hint[:, None, :]) \
-            | (hint[:, :, None] & text[:, None, :])
-        hits = ((logits > 0) & read).nonzero().tolist()     # row-major, like torch.where
+        hits = self.readable_links(logits, ids, valid, windows).tolist()
         per_window: list[list[list[int]]] = [[] for _ in windows]
         for b, r, c in hits:
             per_window[b].append((r, c))

@@ -210,3 +210,37 @@ def test_demo_checkpoint_is_the_released_architecture(tmp_path):
     cfg = demo.SIZES["full"]
     assert sum(p.numel() for p in RexModel(cfg).parameters()) == 98_237_568
     assert json.loads(json.dumps(cfg.to_dict()))["vocab_size"] == 12800
+
+
+def test_conv_layer_as_one_gemm_equals_conv1d(rex_model):
+    conv = rex_model.network.plm.encoder.conv
+    emb, x = torch.randn(3, 37, conv.conv.in_channels), torch.randn(3, 37, conv.conv.in_channels)
+    valid = torch.ones(3, 37, dtype=torch.bool)
+    valid[1, 30:] = False
+    with torch.no_grad():
+        ref = conv.conv((emb * valid[..., None]).transpose(1, 2)).transpose(1, 2)
+        ref = conv.LayerNorm(x + torch.nn.functional.gelu(ref.masked_fill(~valid[..., None], 0))) * valid[..., None]
+        assert torch.allclose(conv(emb * valid[..., None], x, valid), ref, atol=1e-5)
+
+
+def test_device_side_link_filter_is_lossless(rex_model):
+    """Decoding every positive entry gives the same tuples as decoding the filtered ones."""
+    from plugins.rexuninlu.decoding import Links, decode_spans
+    from plugins.rexuninlu.prompting import legal_paths
+    s = rex_model.scorer
+    doc = mixed_documents(3)[1]
+    windows = document_run(rex_model.prompter, doc.text, NER).send(None)
+    ids, pos, grp, typ, valid = s.collate(windows)
+    with torch.no_grad():
+        logits = rex_model.network(ids, pos, s.isolation_mask(grp, typ, valid), valid)
+        logits = logits - logits[0].flatten().quantile(0.6)                    # many positives
+    kept = s.readable_links(logits, ids, valid, windows).tolist()
+    level = {(): NER}
+    for b, w in enumerate(windows):
+        n = len(w.ids)
+        every = (logits[b, :n, :n] > 0).nonzero().tolist()
+        mine = [(r, c) for bb, r, c in kept if bb == b]
+        assert len(mine) < len(every)
+        full = decode_spans(w, Links([r for r, _ in every], [c for _, c in every], None), level, legal_paths(NER), {})
+        filt = decode_spans(w, Links([r for r, _ in mine], [c for _, c in mine], None), level, legal_paths(NER), {})
+        assert full == filt and full
