@@ -7,7 +7,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from plugins.rexuninlu import demo, loading
-from plugins.rexuninlu.pipeline import WindowScorer, run_documents
+from plugins.rexuninlu.pipeline import run_documents
+from plugins.rexuninlu.scoring import WindowScorer
 from plugins.rexuninlu.prompting import Prompter, validate_schema, validate_text
 from workstation.domain import Document, InputError, Result
 from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
@@ -83,7 +84,7 @@ class LoadedRex(LoadedModel):
         self.knobs = Knobs()
         self.network = network
         self.prompter = Prompter(tokenizer)
-        self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device)
+        self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device, self.knobs)
 
     def set_dtype(self, dtype: str) -> None:
         if dtype not in DTYPES:

@@ -160,11 +160,16 @@ class ConvLayer(nn.Module):
         self.conv = nn.Conv1d(cfg.hidden_size, cfg.hidden_size, k, padding=(k - 1) // 2)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
-    def forward(self, emb, x, valid):                      # emb, x [B,L,D]; valid [B,L] bool
+    def forward(self, emb, x, valid, segments=None):       # emb, x [B,L,D]; valid, segments [B,L]
         k = self.conv.kernel_size[0]
-        half = (k - 1) // 2
+        half, L = (k - 1) // 2, emb.shape[1]
         padded = F.pad(emb, (0, 0, half, k - 1 - half))    # [B,L+k-1,D]
-        taps = torch.cat([padded[:, i:i + emb.shape[1]] for i in range(k)], dim=-1)    # [B,L,k*D]
+        taps = [padded[:, i:i + L] for i in range(k)]
+        if segments is not None:
+            # Packed rows: a tap never reads the neighbouring window (zero, as at a sequence end).
+            seg = F.pad(segments, (half, k - 1 - half), value=-2)
+            taps = [t * (seg[:, i:i + L] == segments).unsqueeze(-1).to(t.dtype) for i, t in enumerate(taps)]
+        taps = torch.cat(taps, dim=-1)                                                  # [B,L,k*D]
         weight = self.conv.weight.permute(0, 2, 1).flatten(1)                          # [D, k*D]
         c = F.linear(taps, weight, self.conv.bias)
         c = F.gelu(c.masked_fill(~valid.unsqueeze(-1), 0.0))
@@ -181,7 +186,7 @@ class Encoder(nn.Module):
         self.span = cfg.position_buckets
         self.checkpointing = False                          # gradient checkpointing (training only)
 
-    def forward(self, emb, position_ids, mask, valid, backend="eager"):
+    def forward(self, emb, position_ids, mask, valid, backend="eager", segments=None):
         # Un-bucketed relative positions from the prompt position ids, shared by every layer.
         rel_idx = (position_ids[:, :, None] - position_ids[:, None, :] + self.span).clamp(0, 2 * self.span - 1)
         rel = self.LayerNorm(self.rel_embeddings.weight)   # [2S,D]
@@ -192,7 +197,7 @@ class Encoder(nn.Module):
             else:
                 x = layer(x, rel, rel_idx, mask, backend)
             if i == 0:
-                x = self.conv(emb, x, valid)
+                x = self.conv(emb, x, valid, segments)
         return x
 
 
@@ -229,7 +234,11 @@ class Rotary(nn.Module):
 
 
 class RexModel(nn.Module):
-    """input_ids, position_ids [B,L]; mask [B,L,L] bool (True = may attend); valid [B,L] -> logits [B,L,L] fp32."""
+    """input_ids, position_ids [B,L]; mask [B,L,L] bool (True = may attend); valid [B,L] -> logits [B,L,L] fp32.
+
+    segments [B,L] (optional): the window each token belongs to when several windows are packed
+    into one row; the mask must then keep windows apart, and the ConvLayer does so itself.
+    """
 
     def __init__(self, cfg: RexConfig):
         super().__init__()
@@ -240,9 +249,9 @@ class RexModel(nn.Module):
         self.rotary_emb = Rotary(cfg.hidden_size)
         self.attention_backend = "eager"
 
-    def encode(self, input_ids, position_ids, mask, valid):
+    def encode(self, input_ids, position_ids, mask, valid, segments=None):
         emb = self.plm.embeddings(input_ids) * valid.unsqueeze(-1).to(self.plm.embeddings.LayerNorm.weight.dtype)
-        return self.plm.encoder(emb, position_ids, mask, valid, self.attention_backend)
+        return self.plm.encoder(emb, position_ids, mask, valid, self.attention_backend, segments)
 
     def span_logits(self, h, position_ids):
         """The span head runs in fp32 whatever the encoder precision: logits near 0 decide spans."""
@@ -251,5 +260,5 @@ class RexModel(nn.Module):
         k = self.rotary_emb(self.ffnk(h), position_ids)
         return q @ k.transpose(-1, -2)
 
-    def forward(self, input_ids, position_ids, mask, valid):
-        return self.span_logits(self.encode(input_ids, position_ids, mask, valid), position_ids)
+    def forward(self, input_ids, position_ids, mask, valid, segments=None):
+        return self.span_logits(self.encode(input_ids, position_ids, mask, valid, segments), position_ids)

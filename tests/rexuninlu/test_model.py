@@ -9,6 +9,7 @@ import torch
 from plugins.rexuninlu.family import PRESETS, RexUniNLU
 from plugins.rexuninlu import loading
 from plugins.rexuninlu.pipeline import document_run
+from plugins.rexuninlu.scoring import isolation_mask
 from workstation.domain import Document, WeightsError
 
 NER = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
@@ -37,15 +38,15 @@ def test_sdpa_attention_matches_eager(rex_model):
     net = rex_model.network
     w = rex_model.scorer
     windows = [win for d in docs[:6] for win in document_run(rex_model.prompter, d.text, d.schema).send(None)]
-    ids, pos, grp, typ, valid = w.collate(windows)
-    mask = w.isolation_mask(grp, typ, valid)
+    p = w.pack([[win] for win in windows])
+    mask = isolation_mask(p)
     with torch.no_grad():
         net.attention_backend = "eager"
-        eager = net(ids, pos, mask, valid)
+        eager = net(p.ids, p.positions, mask, p.valid)
         net.attention_backend = "sdpa"
-        sdpa = net(ids, pos, mask, valid)
+        sdpa = net(p.ids, p.positions, mask, p.valid)
         net.attention_backend = "eager"
-    pairs = valid[:, :, None] & valid[:, None, :]
+    pairs = p.valid[:, :, None] & p.valid[:, None, :]
     assert torch.allclose(eager[pairs], sdpa[pairs], atol=1e-4, rtol=1e-5)
     rex_model.knobs.attention = "sdpa"
     try:
@@ -64,16 +65,19 @@ def test_batched_windows_match_one_window_at_a_time(rex_model):
 
 
 def test_padding_does_not_change_logits_of_real_tokens(rex_model):
-    from plugins.rexuninlu.pipeline import document_run
     short, long_ = mixed_documents(2)[0], Document("l", "北大西洋议会" * 50, NER)
     ws = [document_run(rex_model.prompter, d.text, d.schema).send(None)[0] for d in (short, long_)]
     s = rex_model.scorer
     with torch.no_grad():
-        def logits(batch):
-            ids, pos, grp, typ, valid = s.collate(batch)
-            return rex_model.network(ids, pos, s.isolation_mask(grp, typ, valid), valid)
-        alone = logits([ws[0]])[0]
-        batched = logits(ws)[0]
+        def logits(rows):
+            p = s.pack(rows)
+            return rex_model.network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
+        alone = logits([[ws[0]]])[0]
+        batched = logits([[w] for w in ws])[0]
+        packed = logits([[ws[1], ws[0]]])[0]
+    n1 = len(ws[1].ids)
+    n = len(ws[0].ids)
+    assert torch.allclose(alone[:n, :n], packed[n1:n1 + n, n1:n1 + n], atol=1e-3)
     n = len(ws[0].ids)
     assert torch.allclose(alone[:n, :n], batched[:n, :n], atol=1e-5)
 
@@ -112,13 +116,13 @@ def test_long_text_runs_in_overlapping_windows(rex_model):
 def test_200k_character_text_scores_in_bounded_steps(rex_model, monkeypatch):
     """The pipeline, not the network, is under test: a cheap stand-in network links every
     [TYPE] to each window's first 组织机构 span, so offsets are checked across 400+ windows."""
-    from plugins.rexuninlu import pipeline
+    from plugins.rexuninlu import pipeline, scoring
     seen = []
-    original = pipeline.WindowScorer.score
-    monkeypatch.setattr(pipeline.WindowScorer, "score",
+    original = scoring.WindowScorer.score
+    monkeypatch.setattr(scoring.WindowScorer, "score",
                         lambda self, ws, bs: (seen.append(len(ws)), original(self, ws, bs))[1])
 
-    def stand_in(ids, pos, mask, valid):
+    def stand_in(ids, pos, mask, valid, segments=None):
         logits = torch.full(ids.shape + ids.shape[-1:], -1.0)
         for b in range(ids.shape[0]):
             sep = (ids[b] == 2).nonzero()[0, 0].item()
@@ -230,11 +234,11 @@ def test_device_side_link_filter_is_lossless(rex_model):
     s = rex_model.scorer
     doc = mixed_documents(3)[1]
     windows = document_run(rex_model.prompter, doc.text, NER).send(None)
-    ids, pos, grp, typ, valid = s.collate(windows)
+    p = s.pack([[w] for w in windows])
     with torch.no_grad():
-        logits = rex_model.network(ids, pos, s.isolation_mask(grp, typ, valid), valid)
+        logits = rex_model.network(p.ids, p.positions, isolation_mask(p), p.valid)
         logits = logits - logits[0].flatten().quantile(0.6)                    # many positives
-    kept = s.readable_links(logits, ids, valid, windows).tolist()
+    kept = s.readable_links(logits, p).tolist()
     level = {(): NER}
     for b, w in enumerate(windows):
         n = len(w.ids)
@@ -244,3 +248,25 @@ def test_device_side_link_filter_is_lossless(rex_model):
         full = decode_spans(w, Links([r for r, _ in every], [c for _, c in every], None), level, legal_paths(NER), {})
         filt = decode_spans(w, Links([r for r, _ in mine], [c for _, c in mine], None), level, legal_paths(NER), {})
         assert full == filt and full
+
+
+def test_packed_windows_give_the_same_outputs_as_padded(rex_model):
+    docs = mixed_documents(24, seed=3)
+    padded = outputs(rex_model, docs, 8)
+    rex_model.knobs.unpad = True
+    try:
+        assert outputs(rex_model, docs, 8) == padded
+        assert outputs(rex_model, docs, 1) == padded
+    finally:
+        rex_model.knobs.unpad = False
+
+
+def test_packing_fills_rows_without_passing_512_tokens():
+    from plugins.rexuninlu.scoring import arrange
+    lengths = [500, 40, 300, 200, 30, 12, 512, 100]
+    batches = arrange(lengths, 2, pack=True)
+    rows = [row for batch in batches for row in batch]
+    assert sorted(i for row in rows for i in row) == list(range(8))
+    assert all(sum(lengths[i] for i in row) <= 512 for row in rows)
+    assert len(rows) < 8 and all(len(b) <= 2 for b in batches)
+    assert [row for b in arrange(lengths, 3, pack=False) for row in b] == [[6], [0], [2], [3], [7], [1], [4], [5]]

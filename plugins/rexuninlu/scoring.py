@@ -1,0 +1,206 @@
+"""Windows -> batched forward -> the links decoding needs (the batcher of design.md §2).
+
+Rows: each row of a batch holds one window (padded), or — with `knobs.unpad` — several short
+windows packed end to end, kept apart by the mask and the ConvLayer (lossless). With
+`knobs.cuda_graphs` each (rows, length) shape is captured once as a CUDA graph and replayed.
+Padding follows spec §2.7 so a window scores the same in any batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+from plugins.rexuninlu.decoding import Links, Window
+from plugins.rexuninlu.modeling import RexModel
+from plugins.rexuninlu.prompting import MAX_LEN
+from workstation.batching import run_with_backoff
+from workstation.models import Knobs
+
+
+def arrange(lengths: Sequence[int], batch_size: int, pack: bool) -> list[list[list[int]]]:
+    """Batches of rows of window indices. Longest first; packing adds the shortest while they fit."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    rows: list[list[int]] = []
+    lo, hi = 0, len(order) - 1
+    while lo <= hi:
+        row, room = [order[lo]], MAX_LEN - lengths[order[lo]]
+        lo += 1
+        while pack and lo <= hi and lengths[order[hi]] <= room:
+            row.append(order[hi])
+            room -= lengths[order[hi]]
+            hi -= 1
+        rows.append(row)
+    return [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+
+
+@dataclass
+class Packed:
+    """Device tensors of one batch, [B, L] each; `starts[w]` = (row, first token) of window w."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    groups: torch.Tensor       # unique per (window, prefix group); -1 global, -2 padding
+    types: torch.Tensor
+    segments: torch.Tensor     # window slot within the batch; -1 padding
+    is_text: torch.Tensor
+    is_type: torch.Tensor
+    starts: list[tuple[int, int]]
+
+    @property
+    def valid(self):
+        return self.segments >= 0
+
+
+def isolation_mask(p: Packed) -> torch.Tensor:
+    """[B,L,L] bool: same window, then the prompt-isolation rule; pad keys masked."""
+    g, t, s = p.groups, p.types, p.segments
+    glob = g == -1
+    same_group = (g[:, :, None] == g[:, None, :]) & (
+        (t[:, :, None] == t[:, None, :]) | (t[:, :, None] == 0) | (t[:, None, :] == 0))
+    rule = glob[:, :, None] | glob[:, None, :] | same_group
+    return rule & (s[:, :, None] == s[:, None, :]) & (s >= 0)[:, None, :]
+
+
+class WindowScorer:
+    def __init__(self, network: RexModel, pad_id: int, type_id: int, device: str, knobs: Knobs):
+        self.network, self.pad_id, self.type_id = network, pad_id, type_id
+        self.device, self.knobs = torch.device(device), knobs
+        self.tokens = 0
+        self.graphs: dict = {}
+        self.on_backoff: Callable[[int], None] | None = None
+
+    # ------------------------------------------------------------ batching
+
+    def score(self, windows: Sequence[Window], batch_size: int) -> list[Links]:
+        out: list[Links | None] = [None] * len(windows)
+        pack = self.knobs.unpad
+        for rows in arrange([len(w.ids) for w in windows], batch_size, pack):
+            links = run_with_backoff(rows, lambda r: self.forward([[windows[i] for i in row] for row in r]),
+                                     self.on_backoff)
+            for row, row_links in zip(rows, links):
+                for i, link in zip(row, row_links):
+                    out[i] = link
+        return out  # type: ignore[return-value]
+
+    def pack(self, rows: Sequence[Sequence[Window]]) -> Packed:
+        longest = max(sum(len(w.ids) for w in row) for row in rows)
+        quantum = 64 if self.knobs.cuda_graphs else 8          # fewer distinct shapes to capture
+        L = -(-longest // quantum) * quantum
+        B = len(rows)
+        if self.knobs.cuda_graphs:
+            B = 1 << (B - 1).bit_length()                         # rows padded to a power of two
+        cols = {k: [[] for _ in range(B)] for k in ("ids", "pos", "grp", "typ", "seg", "text", "type")}
+        starts, slot = [], 0
+        for r, row in enumerate(rows):
+            c = cols
+            for w in row:
+                starts.append((r, len(c["ids"][r])))
+                c["ids"][r] += w.ids
+                c["pos"][r] += w.positions
+                c["grp"][r] += [g if g < 0 else slot * 1024 + g for g in w.groups]
+                c["typ"][r] += w.types
+                c["seg"][r] += [slot] * len(w.ids)
+                c["text"][r] += [i >= w.n_hint for i in range(len(w.ids))]
+                c["type"][r] += [i < w.n_hint and t == self.type_id for i, t in enumerate(w.ids)]
+                slot += 1
+        fill = {"ids": self.pad_id, "pos": 0, "grp": -2, "typ": 0, "seg": -1, "text": False, "type": False}
+
+        def tensor(key, dtype):
+            return torch.tensor([row + [fill[key]] * (L - len(row)) for row in cols[key]], dtype=dtype)
+        t = [tensor(k, torch.long) for k in ("ids", "pos", "grp", "typ", "seg")] + \
+            [tensor(k, torch.bool) for k in ("text", "type")]
+        t = [x.to(self.device, non_blocking=True) for x in t]
+        return Packed(*t, starts=starts)
+
+    # ------------------------------------------------------------ forward
+
+    def logits(self, p: Packed) -> torch.Tensor:
+        if self.knobs.cuda_graphs and self.device.type == "cuda":
+            return self.graph_for(p).replay_with(p)
+        return self.network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
+
+    def graph_for(self, p: Packed) -> "CapturedForward":
+        key = (tuple(p.ids.shape), self.knobs.dtype, self.knobs.attention)
+        if key not in self.graphs:
+            self.graphs[key] = CapturedForward(self.network, p, self.graphs)
+        return self.graphs[key]
+
+    @torch.inference_mode()
+    def forward(self, rows: Sequence[Sequence[Window]]) -> list[list[Links]]:
+        p = self.pack(rows)
+        logits = self.logits(p)
+        windows = [w for row in rows for w in row]
+        self.tokens += sum(len(w.ids) for w in windows)
+        hits = self.readable_links(logits, p).tolist()
+        per_window: list[list[tuple[int, int]]] = [[] for _ in windows]
+        for w, r, c in hits:
+            per_window[w].append((r, c))
+        links = []
+        for k, w in enumerate(windows):
+            row, start = p.starts[k]
+            n = len(w.ids)
+            probs = torch.sigmoid(logits[row, start:start + n, start:start + n]).float().cpu() \
+                if w.need_probs else None
+            links.append(Links([r for r, _ in per_window[k]], [c for _, c in per_window[k]], probs))
+        out, k = [], 0
+        for row in rows:
+            out.append(links[k:k + len(row)])
+            k += len(row)
+        return out
+
+    @staticmethod
+    def readable_links(logits: torch.Tensor, p: Packed) -> torch.Tensor:
+        """Positive entries decoding can use: [K,3] (window, row, col) in window-local indices,
+        row-major like torch.where.
+
+        Lossless filter: a text span (r <= c) counts only if r links to some [TYPE] and some
+        [TYPE] links to c; links count only between a [TYPE] and the text of the same window.
+        Everything else the decoder would skip, so dropping it here saves the transfer and the loop.
+        """
+        same = p.segments[:, :, None] == p.segments[:, None, :]
+        positive = (logits > 0) & same
+        head_link = positive & p.is_text[:, :, None] & p.is_type[:, None, :]   # row text -> col [TYPE]
+        tail_link = positive & p.is_type[:, :, None] & p.is_text[:, None, :]   # row [TYPE] -> col text
+        heads, tails = head_link.any(-1) & p.is_text, tail_link.any(-2) & p.is_text
+        upper = torch.ones_like(positive[0]).triu()                              # row <= col
+        span = positive & upper & heads[:, :, None] & tails[:, None, :]
+        b, r, c = (span | head_link | tail_link).nonzero().unbind(-1)
+        w = p.segments[b, r]
+        start = torch.tensor([s for _, s in p.starts], device=logits.device)[w]
+        return torch.stack([w, r - start, c - start], dim=-1)
+
+
+class CapturedForward:
+    """One batch shape captured as a CUDA graph: inputs are copied into static tensors, replayed.
+
+    Graphs share one memory pool (they never run concurrently), so many shapes cost little memory.
+    """
+
+    def __init__(self, network: RexModel, example: Packed, siblings: dict):
+        self.network = network
+        self.static = Packed(*(t.clone() for t in (example.ids, example.positions, example.groups, example.types,
+                                                    example.segments, example.is_text, example.is_type)),
+                             starts=[])
+        pool = next((g.pool for g in siblings.values()), None) or torch.cuda.graph_pool_handle()
+        self.pool = pool
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):                       # warm-up outside the capture, as required
+            self.run()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=pool):
+            self.out = self.run()
+
+    def run(self):
+        s = self.static
+        return self.network(s.ids, s.positions, isolation_mask(s), s.valid, s.segments)
+
+    def replay_with(self, p: Packed) -> torch.Tensor:
+        for dst, src in zip((self.static.ids, self.static.positions, self.static.groups, self.static.types,
+                             self.static.segments), (p.ids, p.positions, p.groups, p.types, p.segments)):
+            dst.copy_(src)
+        self.graph.replay()
+        return self.out
