@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = args.command or "ui"
+    if "memory-pool" in load_settings().optimizations:
+        # Read by PyTorch's CUDA allocator when it starts: this part of the memory pool needs a restart.
+        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     try:
         if command == "test":
             return run_tests(args.pytest_args)

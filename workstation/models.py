@@ -47,7 +47,8 @@ class LoadedModel(ABC):
     device: str
     is_demo: bool
     knobs: Knobs
-    attention_backends: tuple[str, ...] = ("eager", "sdpa")
+    attention_backends: tuple[str, ...] = ("eager", "sdpa")   # the first is the reference maths
+    capabilities: frozenset[str] = frozenset()   # of "unpad", "cuda_graphs", "checkpointing", "reduced_precision"
 
     @abstractmethod
     def extract(self, documents: Sequence[Document], batch_size: int = 8,

@@ -77,6 +77,7 @@ class RexUniNLU(ModelFamily):
 
 class LoadedRex(LoadedModel):
     attention_backends = ("eager", "sdpa")
+    capabilities = frozenset({"unpad", "cuda_graphs", "checkpointing", "reduced_precision"})
 
     def __init__(self, family: RexUniNLU, weights: Path, device: str, tokenizer, network):
         self.family, self.weights, self.device = family, weights, device
@@ -91,6 +92,7 @@ class LoadedRex(LoadedModel):
             raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
         if dtype != "fp32" and not self.device.startswith("cuda"):
             raise InputError(f"{dtype} needs a CUDA device; on {self.device} use fp32")
+        self.scorer.graphs.clear()                          # captured graphs hold the old dtype
         self.network.plm.to(DTYPES[dtype])
         for head in (self.network.ffnq, self.network.ffnk, self.network.rotary_emb):
             head.float()                                     # the span head stays fp32
@@ -101,6 +103,7 @@ class LoadedRex(LoadedModel):
         if options:
             raise InputError(f"rexuninlu takes no options {sorted(options)}")
         self.network.attention_backend = self.knobs.attention
+        self.network.plm.encoder.checkpointing = self.knobs.checkpointing
         yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress)
 
     def tokens_processed(self) -> int:

@@ -1,0 +1,44 @@
+"""Reuse memory across requests: static shape buckets captured as CUDA graphs in one shared pool.
+
+The allocator's expandable segments (less fragmentation under varying shapes) can only be set
+before CUDA starts: the launcher sets PYTORCH_CUDA_ALLOC_CONF when this optimization is enabled in
+settings.toml, so switching that part takes a restart.
+"""
+import os
+
+from workstation.hookspecs import hookimpl
+from workstation.optimizations import Optimization
+
+
+def expandable_segments_on() -> bool:
+    return "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+
+class MemoryPool(Optimization):
+    name = "memory-pool"
+    title = "Memory pool (CUDA graphs, shape buckets)"
+    description = ("Pads batches to a few static shapes, captures each once as a CUDA graph sharing one "
+                   "memory pool, and replays it: no per-request allocation or launch overhead. "
+                   "Expandable allocator segments need a restart.")
+    switch = "live"
+    lossless = True
+
+    def applies_to(self, model):
+        if "cuda_graphs" not in model.capabilities:
+            return False, f"{model.family.name} does not support CUDA graph capture"
+        if not model.device.startswith("cuda"):
+            return False, "CUDA graphs need a CUDA GPU"
+        seg = "on" if expandable_segments_on() else "off (enable in settings.toml and restart)"
+        return True, f"CUDA graphs per shape bucket; expandable segments {seg}"
+
+    def enable(self, model, **_):
+        model.knobs.cuda_graphs = True
+        return "cuda graphs" + (" + expandable segments" if expandable_segments_on() else "")
+
+    def disable(self, model):
+        model.knobs.cuda_graphs = False
+
+
+@hookimpl
+def register_optimizations(register):
+    register(MemoryPool())

@@ -1,0 +1,33 @@
+"""Fixtures for the batch-worker tests: a store, the fake model plugin, fake weights."""
+from __future__ import annotations
+
+# tests/conftest.py puts the repository on sys.path and keeps installed plugins out (sys._called_from_test).
+import pytest
+import fake_model
+from storage import open_store
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = open_store(tmp_path / "runs.db")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """The fake model plugin, registered for one test; yields the module (PROCESSED, LOADS, GATES)."""
+    for log in (fake_model.PROCESSED, fake_model.LOADS):
+        log.clear()
+    fake_model.GATES.clear()
+    with fake_model.registered():
+        try:
+            yield fake_model
+        finally:
+            for gate in fake_model.GATES.values():
+                gate.set()                      # never leave a worker thread blocked
+
+
+@pytest.fixture
+def weights(tmp_path):
+    return fake_model.FakeFamily().write_demo_weights(tmp_path / "fake-weights")

@@ -1,0 +1,78 @@
+"""Every optimization is pinned to the fp32 eager path; on CPU for everything that runs on CPU."""
+import pytest
+import torch
+
+from workstation import engine, plugins
+from workstation.domain import Document
+from tests.rexuninlu.test_model import mixed_documents, outputs
+
+
+@pytest.fixture()
+def fresh_rex(rex_tiny):
+    model = engine.load_model("rexuninlu", rex_tiny, "cpu")
+    yield model
+
+
+def test_all_five_optimizations_are_registered_with_honest_descriptions():
+    opts = plugins.optimizations()
+    assert {"precision", "flash-attention", "sparse-mask", "memory-pool", "gradient-checkpointing"} <= set(opts)
+    for opt in opts.values():
+        assert opt.description and opt.switch in ("live", "reload", "restart")
+    assert "no effect" in opts["gradient-checkpointing"].description
+
+
+def test_applicability_on_cpu_says_why_not(fresh_rex):
+    opts = plugins.optimizations()
+    ok, reason = opts["precision"].applies_to(fresh_rex)
+    assert not ok and "CUDA" in reason
+    ok, reason = opts["memory-pool"].applies_to(fresh_rex)
+    assert not ok and "CUDA" in reason
+    ok, reason = opts["flash-attention"].applies_to(fresh_rex)
+    assert ok and "sdpa" in reason
+    with pytest.raises(Exception, match="does not apply"):
+        engine.apply_optimizations(fresh_rex, ["precision"])
+
+
+def test_lossless_stack_on_cpu_matches_fp32_eager(fresh_rex):
+    docs = mixed_documents(20, seed=7)
+    baseline = outputs(fresh_rex, docs, 4)
+    active = engine.apply_optimizations(fresh_rex, ["flash-attention", "sparse-mask", "gradient-checkpointing"])
+    assert active["flash-attention"] == "sdpa" and fresh_rex.knobs.unpad
+    assert outputs(fresh_rex, docs, 4) == baseline
+    engine.apply_optimizations(fresh_rex, [])
+    assert fresh_rex.knobs.attention == "eager" and not fresh_rex.knobs.unpad
+    assert outputs(fresh_rex, docs, 4) == baseline
+
+
+def test_shape_buckets_for_graph_capture_are_lossless(fresh_rex):
+    """CUDA graphs pad rows to powers of two and lengths to multiples of 64; on CPU the same
+    padding runs without capture, so the bucketing logic is pinned here."""
+    docs = mixed_documents(12, seed=8)
+    baseline = outputs(fresh_rex, docs, 3)
+    fresh_rex.knobs.cuda_graphs = True
+    from plugins.rexuninlu.pipeline import document_run
+    windows = [document_run(fresh_rex.prompter, d.text, d.schema).send(None)[0] for d in docs[:3]]
+    p = fresh_rex.scorer.pack([[w] for w in windows])
+    assert p.ids.shape[0] == 4 and p.ids.shape[1] % 64 == 0
+    assert outputs(fresh_rex, docs, 3) == baseline
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex):
+    from plugins.rexuninlu.pipeline import document_run
+    from plugins.rexuninlu.scoring import isolation_mask
+    net = fresh_rex.network
+    windows = document_run(fresh_rex.prompter, "北大西洋议会春季会议在巴塞罗那闭幕", {"地点": None}).send(None)
+    p = fresh_rex.scorer.pack([[w] for w in windows])
+
+    def grads(checkpointing):
+        net.zero_grad()
+        net.train()
+        net.plm.encoder.checkpointing = checkpointing
+        net(p.ids, p.positions, isolation_mask(p), p.valid).square().mean().backward()
+        net.eval()
+        return {n: q.grad.clone() for n, q in net.named_parameters() if q.grad is not None}
+    plain, ckpt = grads(False), grads(True)
+    assert plain.keys() == ckpt.keys() and len(plain) > 10
+    for name in plain:
+        assert torch.allclose(plain[name], ckpt[name], atol=1e-6, rtol=1e-5), name
+    net.plm.encoder.checkpointing = False

@@ -1,0 +1,168 @@
+"""The plugin as the host uses it: registration, validation, and extract() over many documents."""
+import pluggy
+import pytest
+import torch
+
+import plugins.seqgpt
+from plugins.seqgpt import pipeline
+from plugins.seqgpt.family import SeqGPT
+from plugins.seqgpt.generation import Generation
+from plugins.seqgpt.prompting import prompts_for
+from workstation import hookspecs
+from workstation.domain import Document, InputError, Result
+
+SETTINGS = dict(num_beams=4, max_new_tokens=12, repetition_penalty=2.0)
+
+
+def documents():
+    return [
+        Document("ext7", "童装红蜻蜓团体温州儿童用品有限公司是红蜻蜓团体旗下全资子公司，创立于2003年。", task="ext",
+                 labels=["饰演", "祖籍", "毕业院校", "创始人", "首都", "代言人", "总部地点"], line=1),
+        Document("cls", "I want my checking balance.", task="cls", labels=["CheckBalance", "TransferMoney"], line=2),
+        Document("empty", "  ", task="ext", labels=["LOC"], line=3),
+        Document("nli", "李老板卖鱼，卖了三十框鱼\t李老板赚翻了", task="nli", labels=["entailment", "contradiction"],
+                 line=4),
+        Document("ext3", "MELBOURNE 1996-12-06", task="ext", labels=["LOC", "PER", "ORG,MISC"], line=5),
+    ]
+
+
+def test_the_plugin_registers_the_seqgpt_family_through_its_hook():
+    pm = pluggy.PluginManager("ie_workstation")
+    pm.add_hookspecs(hookspecs)
+    pm.register(plugins.seqgpt)
+    found = []
+    pm.hook.register_models(register=found.append)
+    assert [f.name for f in found] == ["seqgpt"] and isinstance(found[0], SeqGPT)
+
+
+def test_every_task_preset_is_a_valid_document():
+    family = SeqGPT()
+    assert set(family.tasks) == {"cls", "ext", "nli"}
+    for preset in family.tasks.values():
+        family.validate(Document("p", preset.text, task=preset.name, labels=preset.schema))
+
+
+def test_each_documents_raw_output_equals_generate_on_its_own_chunks(loaded, hf_generate):
+    docs = documents()
+    results = list(loaded.extract(docs, batch_size=3, **SETTINGS))
+    assert [r.document_id for r in results] == [d.id for d in docs]
+    for doc, result in zip(docs, results):
+        prompts = [p.text for p in prompts_for(doc)]
+        assert result.raw == (hf_generate(prompts, **SETTINGS) if prompts else [])
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 16])
+def test_batch_size_does_not_change_any_result(loaded, batch_size):
+    docs = documents()
+    reference = [r.to_json() for r in loaded.extract(docs, batch_size=4, **SETTINGS)]
+    assert [r.to_json() for r in loaded.extract(docs, batch_size=batch_size, **SETTINGS)] == reference
+
+
+def test_result_shapes_for_extraction_and_classification(loaded):
+    texts = {d.id: d.text for d in documents()}
+    results = {r.document_id: r for r in loaded.extract(documents(), **SETTINGS)}
+    assert len(results["ext7"].raw) == 2 and len(results["cls"].raw) == 1
+    for doc_id in ("ext7", "ext3"):
+        for (span,) in results[doc_id].tuples:
+            assert span.grounded in (True, False)
+            if span.offset is not None:
+                assert texts[doc_id][span.offset[0]:span.offset[1]] == span.span
+    for (span,) in results["cls"].tuples:
+        assert span.type == span.span and span.offset is None and span.grounded is None
+    assert results["empty"].tuples == [] and results["empty"].raw == []
+    assert "empty text" in results["empty"].warnings[0]
+
+
+def test_results_carry_parsed_spans_and_raw_text(loaded, monkeypatch):
+    """The pipeline from generated text to a Result, with the generation replaced by fixed outputs."""
+    answers = {"cls": "CheckBalance", "ext3": "LOC: MELBOURNE\nPER: None\nDATE: 1996-12-06\nORG: ACME"}
+    docs = [d for d in documents() if d.id in answers]
+    tokens = {tuple(loaded.tokenizer(prompts_for(d)[0].text)["input_ids"]): loaded.tokenizer(answers[d.id])["input_ids"]
+              for d in docs}
+    monkeypatch.setattr(pipeline, "generate", lambda network, prompts, settings, attention: Generation(
+        [tokens[p.ids] for p in prompts], 0))
+    cls, ext = list(loaded.extract(docs, batch_size=1))
+    assert cls.to_json()["output"] == [[{"type": "CheckBalance", "span": "CheckBalance", "offset": None}]]
+    assert ext.raw == [answers["ext3"]]
+    assert ext.to_json()["output"] == [
+        [{"type": "LOC", "span": "MELBOURNE", "offset": [0, 9], "grounded": True}],
+        [{"type": "DATE", "span": "1996-12-06", "offset": [10, 20], "grounded": True}],
+        [{"type": "ORG", "span": "ACME", "offset": None, "grounded": False}],
+    ]
+    assert any("'DATE'" in w for w in ext.warnings)
+
+
+def test_a_long_text_is_cut_on_the_left_with_a_warning(loaded, hf_generate):
+    doc = Document("long", "杭州欢迎你。" * 400 + "结尾在这里", task="ext", labels=["地名"])
+    settings = dict(num_beams=1, max_new_tokens=4)
+    (result,) = loaded.extract([doc], **settings)
+    assert "was cut" in result.warnings[0]
+    assert result.raw == hf_generate([prompts_for(doc)[0].text], **settings)
+
+
+def test_all_input_errors_come_before_any_model_work(loaded):
+    docs = documents()
+    docs.insert(3, Document("bad", "text", task="ext", labels=[], line=9))
+    before = loaded.tokens_processed()
+    with pytest.raises(InputError, match="line 9"):
+        list(loaded.extract(docs, **SETTINGS))
+    assert loaded.tokens_processed() == before
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(temperature=0.7), "temperature"),
+    (dict(num_beams=0), "num_beams"),
+    (dict(max_new_tokens=-1), "max_new_tokens"),
+    (dict(markers="fr"), "markers"),
+])
+def test_bad_options_are_input_errors(loaded, options, message):
+    with pytest.raises(InputError, match=message):
+        list(loaded.extract(documents()[:2], **options))
+
+
+def test_none_options_mean_the_defaults(loaded):
+    values = loaded.settings(dict(num_beams=None, max_new_tokens=None, repetition_penalty=None))[0]
+    assert (values.num_beams, values.max_new_tokens, values.repetition_penalty) == (4, 256, 1.0)
+
+
+def test_sdpa_knob_gives_the_same_results_as_eager(loaded):
+    eager = [r.to_json() for r in loaded.extract(documents(), **SETTINGS)]
+    loaded.knobs.attention = "sdpa"
+    assert [r.to_json() for r in loaded.extract(documents(), **SETTINGS)] == eager
+
+
+def test_set_dtype_casts_the_network_and_records_it(loaded):
+    loaded.set_dtype("bf16")
+    assert loaded.knobs.dtype == "bf16" and loaded.network.word_embeddings.weight.dtype == torch.bfloat16
+    results = list(loaded.extract(documents()[:2], num_beams=2, max_new_tokens=4))
+    assert len(results) == 2 and all(isinstance(r, Result) for r in results)
+    with pytest.raises(InputError):
+        loaded.set_dtype("int8")
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_every_document(loaded, monkeypatch):
+    reference = [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)]
+    real_generate = pipeline.generate
+    sizes = []
+
+    def generate_with_small_memory(network, prompts, settings, attention):
+        sizes.append(len(prompts))
+        if len(prompts) > 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_generate(network, prompts, settings, attention)
+    monkeypatch.setattr(pipeline, "generate", generate_with_small_memory)
+    assert [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)] == reference
+    assert sizes[0] == 5 and sizes.count(1) == 5              # 5 prompt chunks in all
+
+
+def test_progress_and_token_counts(loaded):
+    progress = []
+    before = loaded.tokens_processed()
+    list(loaded.extract(documents(), on_progress=progress.append, **SETTINGS))
+    assert progress == [1, 2, 3, 4, 5]
+    assert loaded.tokens_processed() > before
+
+
+def test_demo_weights_are_recognised(demo_tiny, hf_checkpoint):
+    assert SeqGPT().load(demo_tiny).is_demo and SeqGPT().is_demo(demo_tiny)
+    assert not SeqGPT().is_demo(hf_checkpoint)

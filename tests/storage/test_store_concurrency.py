@@ -1,0 +1,97 @@
+"""SQLite settings for several writers: WAL, write lock taken up front, concurrent threads and processes."""
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sample_runs import make_report, ner_run
+from sqlalchemy import select
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_store_uses_wal_foreign_keys_busy_timeout_and_normal_sync(store):
+    assert store.pragmas() == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 15000, "synchronous": 1}
+    docs, results = ner_run()
+    store.record_run(make_report(results), docs, "ui")
+    assert Path(str(store.path) + "-wal").exists()
+
+
+def test_write_transactions_take_the_lock_up_front_and_readers_still_read(store):
+    docs, results = ner_run()
+    store.record_run(make_report(results), docs, "ui")
+    other = sqlite3.connect(store.path, timeout=0, isolation_level=None)
+    with store._write() as session:
+        session.execute(select(1))                       # BEGIN IMMEDIATE already holds the write lock
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")
+        assert other.execute("SELECT count(*) FROM runs").fetchone()[0] == 1     # WAL: reads go on
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
+
+
+def test_two_threads_record_runs_at_once_without_losing_any(store):
+    docs, results = ner_run()
+    errors: list[Exception] = []
+
+    def writer():
+        try:
+            for _ in range(15):
+                store.record_run(make_report(results), docs, "ui")
+                store.search_runs("北京", limit=5)
+        except Exception as e:                            # pragma: no cover - the failure we look for
+            errors.append(e)
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and store.count_runs() == 30
+
+
+# The child builds a stand-in report (RunReport's fields) so it does not import torch: the test is about
+# the database, and three torch imports would dominate its time. Children start writing together.
+CHILD = textwrap.dedent("""
+    import sys, time, types
+    from pathlib import Path
+    sys.path[:0] = [{root!r}, {here!r}]
+    from sample_runs import ner_run
+    from storage import open_store
+    store = open_store({db!r})
+    docs, results = ner_run()
+    report = types.SimpleNamespace(model="seqgpt", weights="", demo=True, device="cpu", dtype="fp32",
+                                   attention="eager", optimizations={{}}, batch_size=8, options={{}},
+                                   started_at="2026-03-01T10:00:00+00:00", documents=2, wall_seconds=1.0,
+                                   tokens=5, peak_memory_bytes=None, results=results)
+    Path({go!r} + sys.argv[1]).touch()
+    while not Path({go!r}).exists():
+        time.sleep(0.01)
+    for i in range(40):
+        store.record_run(report, docs, "cli", label=f"child {{sys.argv[1]}} run {{i}}")
+""")
+
+
+def test_processes_and_a_thread_write_the_same_file_at_once(store, tmp_path):
+    go = str(tmp_path / "go")
+    script = CHILD.format(root=str(ROOT), here=str(Path(__file__).parent), db=str(store.path), go=go)
+    children = [subprocess.Popen([sys.executable, "-c", script, str(n)], stderr=subprocess.PIPE, text=True)
+                for n in range(3)]
+    deadline = time.monotonic() + 60
+    while not all(Path(go + str(n)).exists() for n in range(3)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    Path(go).touch()
+    docs, results = ner_run()
+    for _ in range(40):                                   # this process writes meanwhile
+        store.record_run(make_report(results), docs, "ui")
+    for child in children:
+        _, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+    assert store.count_runs(source="cli") == 120 and store.count_runs() == 160
+    assert store.count_runs(text="child 2 run 39") == 1

@@ -1,0 +1,152 @@
+"""A throwaway model plugin and optimization for the UI tests: deterministic, instant, CPU-only.
+
+`fakeie` finds every occurrence of each schema type name in the text (so hostile type names end up
+in spans), classifies with a fixed confidence when the text starts with [CLASSIFY], and for a label
+list (a generative task) writes a raw generation with one grounded and one ungrounded span. A text
+starting with [SLOW] takes 50 ms.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from workstation.domain import Document, InputError, Result, Span
+from workstation.hookspecs import hookimpl
+from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from workstation.optimizations import Optimization
+
+PRESETS = [
+    TaskPreset("ner", "Named entities", "Alice met Bob in Paris.", {"Alice": None, "Paris": None}),
+    TaskPreset("relation", "Relation extraction", "Alice works at Acme.", {"Alice": {"employer(Acme)": None}}),
+    TaskPreset("ext", "Generative extraction", "Alice met Bob.", ["person", "place"]),
+]
+
+
+class FakeFamily(ModelFamily):
+    name = "fakeie"
+    title = "Fake IE (tests)"
+    tasks = {p.name: p for p in PRESETS}
+
+    def __init__(self) -> None:
+        self.loads: list[tuple[str, str, str]] = []
+
+    def validate(self, document: Document) -> None:
+        if not document.text.strip():
+            raise InputError("the text is empty", document.line)
+        if document.schema is None and not document.labels:
+            raise InputError("no schema and no labels", document.line)
+        if document.schema is not None and not isinstance(document.schema, dict):
+            raise InputError("the schema must be a JSON object", document.line)
+
+    def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "FakeModel":
+        if not Path(weights).is_dir():
+            from workstation.domain import WeightsError
+            raise WeightsError(f"no checkpoint at {weights}")
+        self.loads.append((str(weights), device, dtype))
+        return FakeModel(self, Path(weights), device, dtype)
+
+    def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / DEMO_MARKER).write_text("random")
+        return out_dir
+
+
+class FakeModel(LoadedModel):
+    def __init__(self, family: FakeFamily, weights: Path, device: str, dtype: str) -> None:
+        self.family, self.weights, self.device = family, weights, device
+        self.is_demo = (weights / DEMO_MARKER).exists()
+        self.knobs = Knobs(dtype=dtype)
+        self.tokens = 0
+        self.in_use = threading.Lock()          # a run that finds this held means two runs overlapped
+        self.overlaps = 0
+        self.released = False
+
+    def set_dtype(self, dtype: str) -> None:
+        self.knobs.dtype = dtype
+
+    def tokens_processed(self) -> int:
+        return self.tokens
+
+    def extract(self, documents: Sequence[Document], batch_size: int = 8,
+                on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
+        if not self.in_use.acquire(blocking=False):
+            self.overlaps += 1
+            self.in_use.acquire()
+        try:
+            for doc in documents:
+                self.tokens += len(doc.text)
+                yield self._one(doc)
+        finally:
+            self.in_use.release()
+
+    def _one(self, doc: Document) -> Result:
+        if doc.text.startswith("[SLOW]"):
+            time.sleep(0.05)            # long enough for a test to cancel a job in flight
+        if doc.labels:
+            first = doc.text.split()[0] if doc.text.split() else ""
+            raw = f"{doc.labels[0]}: {first}\n{doc.labels[-1]}: Atlantis"
+            start = doc.text.find(first)
+            return Result(doc.id, [[Span(doc.labels[0], first, (start, start + len(first)), grounded=True)],
+                                   [Span(doc.labels[-1], "Atlantis", None, grounded=False)]], raw=[raw])
+        if doc.text.startswith("[CLASSIFY]"):
+            return Result(doc.id, [[Span(t, t, None, confidence=0.75)] for t in list(doc.schema)[:1]])
+        tuples = []
+        for type_name in doc.schema:
+            start = doc.text.find(type_name)
+            while start >= 0:
+                tuples.append([Span(type_name, type_name, (start, start + len(type_name)))])
+                start = doc.text.find(type_name, start + 1)
+        return Result(doc.id, tuples)
+
+
+class FakeOptimization(Optimization):
+    name = "fake-fast"
+    title = "Fake speed-up"
+    description = "Sets a knob the fake model ignores; applies only to fakeie."
+    switch = "live"
+
+    def applies_to(self, model: LoadedModel) -> tuple[bool, str]:
+        if model.family.name != "fakeie":
+            return False, "only the fake model has this knob"
+        return True, "the fake model has this knob"
+
+    def enable(self, model: LoadedModel, **params) -> str:
+        model.knobs.extra["fast"] = True
+        return "fast path"
+
+    def disable(self, model: LoadedModel) -> None:
+        model.knobs.extra.pop("fast", None)
+
+
+class NeverOptimization(Optimization):
+    name = "fake-never"
+    title = "Never applies"
+    description = "A restart-only optimization that applies to nothing."
+    switch = "restart"
+
+    def applies_to(self, model: LoadedModel) -> tuple[bool, str]:
+        return False, "it needs hardware this machine does not have"
+
+    def enable(self, model: LoadedModel, **params) -> str:
+        raise AssertionError("never enabled")
+
+    def disable(self, model: LoadedModel) -> None:
+        pass
+
+
+class FakePlugin:
+    __name__ = "undo-fake-ie"
+
+    def __init__(self) -> None:
+        self.family = FakeFamily()
+
+    @hookimpl
+    def register_models(self, register):
+        register(self.family)
+
+    @hookimpl
+    def register_optimizations(self, register):
+        register(FakeOptimization())
+        register(NeverOptimization())

@@ -1,0 +1,115 @@
+"""The Batch page: uploads and server paths become background jobs whose state lives in SQLite."""
+from __future__ import annotations
+
+import json
+import time
+
+from streamlit.testing.v1 import AppTest
+
+from tests.ui.conftest import APP
+from workstation.ui import state
+
+PAGE = "pages/batch.py"
+
+
+def start(at):
+    next(b for b in at.button if b.label == "Start batch job").click().run()
+
+
+def wait_done(job_id: int, timeout: float = 30):
+    store, deadline = state.store(), time.time() + timeout
+    while time.time() < deadline:
+        job = store.get_job(job_id)
+        if job.finished:
+            return job
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} did not finish: {store.get_job(job_id)}")
+
+
+def jsonl(*rows) -> bytes:
+    return "\n".join(json.dumps(r, ensure_ascii=False) for r in rows).encode()
+
+
+def test_an_uploaded_jsonl_runs_in_the_background_and_becomes_a_batch_run(app):
+    at = app.run().switch_page(PAGE).run()
+    at.file_uploader(key="batch_upload").set_value(("news.jsonl", jsonl(
+        {"id": "a", "text": "Alice in Paris"}, {"id": "b", "text": "Bob", "schema": {"Bob": None}}),
+        "application/jsonl")).run()
+    start(at)
+    assert not at.exception and not at.error
+    [job] = state.store().list_jobs()
+    assert (job.source_name, job.total, job.model) == ("news.jsonl", 2, "fakeie")
+    done = wait_done(job.id)
+    assert done.status == "done" and done.done == 2
+    run = state.store().get_run(done.run_id)
+    assert run.summary.source == "batch"
+    assert [[s.span for t in r.tuples for s in t] for _, r in run.items] == [["Alice", "Paris"], ["Bob"]]
+    at.run()
+    assert any("2 / 2 documents" in p.proto.text for p in at.get("progress"))
+    assert any(b.label == "Open run" for b in at.button)
+
+
+def test_a_reload_or_a_new_tab_still_shows_the_job(app):
+    at = app.run().switch_page(PAGE).run()
+    at.file_uploader(key="batch_upload").set_value(("t.txt", "Alice\nParis and Alice\n".encode(), "text/plain")).run()
+    start(at)
+    [job] = state.store().list_jobs()
+    wait_done(job.id)
+    fresh = AppTest.from_file(APP, default_timeout=60)       # a new browser session: nothing in its state
+    fresh.session_state["model"] = "fakeie"
+    fresh.run().switch_page(PAGE).run()
+    assert any(f"Job {job.id}" in m.value and "`done`" in m.value for m in fresh.markdown)
+
+
+def test_a_broken_upload_is_a_clear_error_naming_the_line_and_starts_nothing(app):
+    at = app.run().switch_page(PAGE).run()
+    at.file_uploader(key="batch_upload").set_value(
+        ("bad.jsonl", b'{"id": 1, "text": "Alice"}\n{"id": 2, "text": \n', "application/jsonl")).run()
+    start(at)
+    assert not at.exception
+    assert any("Nothing was started" in e.value and "line 2" in e.value for e in at.error)
+    assert state.store().list_jobs() == []
+    assert at.file_uploader(key="batch_upload").value is not None       # the upload is kept for a retry
+
+
+def test_invalid_lines_can_be_skipped_and_are_reported(app):
+    at = app.run().switch_page(PAGE).run()
+    at.file_uploader(key="batch_upload").set_value(
+        ("mixed.jsonl", b'{"text": "Alice"}\nnot json\n{"text": "  "}\n', "application/jsonl")).run()
+    at.checkbox[0].check().run()
+    start(at)
+    assert any("Skipped 2 invalid line(s)" in w.value and "line 2" in w.value and "line 3" in w.value
+               for w in at.warning)
+    [job] = state.store().list_jobs()
+    assert job.total == 1
+
+
+def test_a_server_side_path_works_and_a_missing_one_is_an_error(app, ui_env):
+    path = ui_env / "in.csv"
+    path.write_text("id,text\n1,Alice\n2,Paris\n", encoding="utf-8")
+    at = app.run().switch_page(PAGE).run()
+    at.radio(key="batch_source").set_value("A file on this machine").run()
+    at.text_input(key="batch_path").input(str(ui_env / "missing.csv")).run()
+    start(at)
+    assert any("does not exist" in e.value for e in at.error)
+    at.text_input(key="batch_path").input(str(path)).run()
+    start(at)
+    [job] = state.store().list_jobs()
+    assert job.total == 2 and wait_done(job.id).status == "done"
+
+
+def test_a_running_job_can_be_cancelled_from_the_page(app):
+    at = app.run().switch_page(PAGE).run()
+    at.file_uploader(key="batch_upload").set_value(("t.txt", b"[SLOW] Alice\n" * 400, "text/plain")).run()
+    start(at)
+    [job] = state.store().list_jobs()
+    deadline = time.time() + 10
+    while state.store().get_job(job.id).done == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    at.run()
+    next(b for b in at.button if b.label == "Cancel").click().run()
+    assert state.job_runner().wait(timeout=20)
+    stopped = state.store().get_job(job.id)
+    assert stopped.status == "cancelled" and 0 < stopped.done < stopped.total
+    at.run()
+    assert any(b.label == "Resume" for b in at.button)

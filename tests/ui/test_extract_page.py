@@ -1,0 +1,108 @@
+"""The Extract page, driven through Streamlit's AppTest with the fake model plugin."""
+from __future__ import annotations
+
+import json
+
+from streamlit.testing.v1 import AppTest
+
+from workstation.models import DEMO_NOTICE
+from workstation.ui import state
+
+
+def button(at: AppTest, label: str):
+    return next(b for b in at.button if b.label == label)
+
+
+def html(at: AppTest) -> str:
+    return "".join(h.value for h in at.get("html"))
+
+
+def test_a_preset_runs_and_its_spans_and_numbers_are_shown_and_recorded(app):
+    at = app.run()
+    assert not at.exception
+    assert any(DEMO_NOTICE in w.value for w in at.warning)
+    assert json.loads(at.text_area(key="schema:fakeie").value) == {"Alice": None, "Paris": None}
+    button(at, "Run").click().run()
+    assert not at.exception and not at.error
+    drawn = html(at)
+    assert ">Alice</mark>" in drawn and ">Paris</mark>" in drawn
+    assert {m.label for m in at.metric} >= {"Wall time", "Tokens", "Peak GPU memory", "Device", "Precision"}
+    assert next(m for m in at.metric if m.label == "Device").value == "cpu"
+    run_id = at.session_state["extract_run_id"]
+    detail = state.store().get_run(run_id)
+    assert detail.summary.source == "ui" and detail.summary.task == "ner" and detail.summary.demo
+    assert [s.span for t in detail.items[0][1].tuples for s in t] == ["Alice", "Paris"]
+
+
+def test_choosing_a_task_fills_in_its_schema_and_text(app):
+    at = app.run()
+    at.selectbox(key="task:fakeie").select("relation").run()
+    assert json.loads(at.text_area(key="schema:fakeie").value) == {"Alice": {"employer(Acme)": None}}
+    assert at.text_area(key="text:fakeie").value == "Alice works at Acme."
+    assert not at.text_input                             # nested schema: no flat types form
+
+
+def test_the_types_form_rewrites_a_flat_schema(app):
+    at = app.run()
+    at.text_input[0].input("Bob， Paris,Bob\nAlice")
+    button(at, "Use these types").click().run()
+    assert json.loads(at.text_area(key="schema:fakeie").value) == {"Bob": None, "Paris": None, "Alice": None}
+
+
+def test_broken_json_is_reported_with_its_line_and_nothing_runs(app):
+    at = app.run()
+    at.text_area(key="schema:fakeie").input('{\n  "Alice": null,\n}').run()
+    assert not at.exception
+    assert any("line 3" in e.value and "not valid JSON" in e.value for e in at.error)
+    assert button(at, "Run").disabled
+    assert at.text_area(key="text:fakeie").value == "Alice met Bob in Paris."   # the text is kept
+
+
+def test_the_model_validation_message_is_shown(app):
+    at = app.run()
+    at.text_area(key="text:fakeie").input("   ").run()
+    assert any("the text is empty" in e.value for e in at.error)
+
+
+def test_hostile_text_and_type_names_are_escaped_everywhere(app):
+    hostile = "<script>alert(1)</script>"
+    at = app.run()
+    at.text_area(key="schema:fakeie").input(json.dumps({hostile: None, "<b>": None})).run()
+    at.text_area(key="text:fakeie").input(f"x {hostile} <b>bold</b> {hostile}").run()
+    button(at, "Run").click().run()
+    assert not at.exception and not at.error
+    drawn = html(at)
+    assert "<script" not in drawn and "<b>" not in drawn
+    assert drawn.count("&lt;script&gt;alert(1)&lt;/script&gt;</mark>") == 2
+
+
+def test_a_huge_paste_is_drawn_in_part_but_extracted_in_full(app):
+    text = "Alice " + "x" * 60_000 + " Paris"
+    at = app.run()
+    at.text_area(key="text:fakeie").input(text).run()
+    button(at, "Run").click().run()
+    assert not at.exception
+    drawn = html(at)
+    assert "Showing the first 20,000 of 60,012 characters" in drawn and ">Alice</mark>" in drawn
+    detail = state.store().get_run(at.session_state["extract_run_id"])
+    assert detail.items[0][0].text == text
+    assert [s.span for t in detail.items[0][1].tuples for s in t] == ["Alice", "Paris"]   # past the cut too
+
+
+def test_a_generative_task_shows_the_raw_text_beside_grounded_spans_and_flags_the_rest(app):
+    at = app.run()
+    at.selectbox(key="task:fakeie").select("ext").run()
+    button(at, "Run").click().run()
+    assert not at.exception
+    assert [c.value for c in at.code] == ["person: Alice\nplace: Atlantis"]
+    assert ">Alice</mark>" in html(at)
+    assert any("ungrounded" in w.value and "place: Atlantis" in w.value for w in at.warning)
+
+
+def test_a_model_that_cannot_load_is_an_error_message_not_a_crash(app, ui_env):
+    import shutil
+    shutil.rmtree(ui_env / "fake-weights")
+    at = app.run()
+    button(at, "Run").click().run()
+    assert not at.exception
+    assert any("no checkpoint at" in e.value for e in at.error)

@@ -1,0 +1,103 @@
+"""Span and tuple rendering: escaping, overlaps, long texts, offsets from a misbehaving model."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from workstation.domain import Result, Span
+from workstation.ui import render
+
+HOSTILE = '<script>alert("x")</script>'
+
+
+def test_script_in_text_and_type_names_never_appears_unescaped():
+    text = f"{HOSTILE} Alice <img src=x onerror=alert(1)>"
+    spans = [Span(HOSTILE, "Alice", (text.index("Alice"), text.index("Alice") + 5)),
+             Span('"><b onmouseover=alert(1)>', HOSTILE, (0, len(HOSTILE)))]
+    html = render.spans_html(text, spans) + render.legend_html(s.type for s in spans)
+    assert "<script" not in html and "<img" not in html and "<b " not in html
+    assert "&lt;script&gt;" in html and "&lt;img src=x" in html
+    assert 'title="&lt;script&gt;' in html          # attribute values are escaped with quotes too
+    assert '&quot;&gt;&lt;b onmouseover' in html
+
+
+def test_each_span_is_highlighted_and_followed_by_its_type():
+    text = "Alice met Bob in Paris."
+    spans = [Span("person", "Alice", (0, 5)), Span("place", "Paris", (17, 22))]
+    html = render.spans_html(text, spans)
+    assert ">Alice</mark>" in html and ">Paris</mark>" in html
+    assert html.index(">Alice</mark>") < html.index(">person</span>") < html.index(">Paris</mark>")
+    assert " met Bob in " in html
+
+
+def test_overlapping_spans_nest_with_the_inner_colour_and_both_labels():
+    text = "New York City"
+    outer, inner = Span("city", text, (0, 13)), Span("state", "New York", (0, 8))
+    html = render.spans_html(text, [outer, inner])
+    first_mark = html[html.index("<mark"):html.index(">New York</mark>")]
+    assert f"background:{render.type_color('state')}" in first_mark      # the inner span's colour
+    last_mark = html[html.rindex("<mark"):html.index("> City</mark>")]
+    assert f"background:{render.type_color('city')}" in last_mark
+    assert html.count(">city</span>") == 1 and html.count(">state</span>") == 1
+    assert 'title="city: New York City / state: New York"' in html or \
+           'title="state: New York / city: New York City"' in html
+
+
+def test_long_text_is_drawn_up_to_the_limit_with_a_note():
+    text = "a" * 50 + "Alice" + "b" * 100
+    spans = [Span("person", "Alice", (50, 55)), Span("late", "b", (120, 121)), Span("cut", "aAl", (48, 52))]
+    html = render.spans_html(text, spans, limit=51)
+    assert "Showing the first 51 of 155 characters" in html
+    assert ">late</span>" not in html                   # starts past the cut: not drawn (the table has it)
+    assert ">cut</span>" in html and ">person</span>" in html   # running past the cut: labelled at the edge
+    assert "b" * 10 not in html
+
+
+def test_offsets_a_model_got_wrong_do_not_break_the_drawing():
+    text = "short"
+    spans = [Span("empty", "", (2, 2)), Span("reversed", "x", (4, 1)), Span("beyond", "x", (10, 20)),
+             Span("negative", "x", (-3, 2)), Span("ok", "ort", (2, 5)), Span("label", "yes", None)]
+    html = render.spans_html(text, spans)
+    assert ">ok</span>" in html
+    for name in ("empty", "reversed", "beyond", "negative", "label"):
+        assert f">{name}</span>" not in html
+    assert "sh" in html and "ort</mark>" in html
+
+
+def test_tuples_read_as_lines_and_labels_and_ungrounded_spans_are_told_apart():
+    result = Result("1", [
+        [Span("组织机构", "央视", (0, 2)), Span("创始人(人物)", "某人", (5, 7))],
+        [Span("正向情感", "正向情感", None, confidence=0.93)],
+        [Span("place", "Atlantis", None, grounded=False)],
+    ])
+    rows = render.tuple_rows(result)
+    assert rows[0]["tuple"] == "组织机构: 央视 → 创始人(人物): 某人" and rows[0]["kind"] == "2-tuple"
+    assert rows[0]["offsets"] == "[0, 2); [5, 7)"
+    assert rows[1]["confidence"] == 0.93
+    assert rows[2]["grounded"] is False
+    assert [s.type for s in render.labels(result)] == ["正向情感"]
+    assert [s.span for s in render.ungrounded(result)] == ["Atlantis"]
+    assert [s.span for s in render.located_spans(result)] == ["央视", "某人"]
+
+
+def test_a_span_in_several_tuples_is_drawn_once():
+    head = Span("org", "Acme", (0, 4))
+    result = Result("1", [[head, Span("founder", "Ann", (10, 13))], [head, Span("hq", "Oslo", (20, 24))]])
+    assert [s.span for s in render.located_spans(result)] == ["Acme", "Ann", "Oslo"]
+
+
+def test_type_colours_are_stable_and_differ_between_types():
+    assert render.type_color("人物") == render.type_color("人物")
+    assert render.type_color("人物") != render.type_color("地理位置")
+    assert render.type_color(HOSTILE).startswith("#") and len(render.type_color(HOSTILE)) == 7
+
+
+def test_comparison_rows_list_what_differs_per_document():
+    docs = [SimpleNamespace(doc_id="d1", in_a=True, in_b=True, both=[(("p", "Al", (0, 2)),)],
+                            only_a=[(("p", "Bo", (3, 5)),)], only_b=[(("p", "Cy", None),)]),
+            SimpleNamespace(doc_id="d2", in_a=False, in_b=True, both=[], only_a=[], only_b=[])]
+    rows = render.comparison_rows(docs)
+    assert rows == [
+        {"document": "d1", "change": "only in A", "tuple": "p: Bo [3, 5)"},
+        {"document": "d1", "change": "only in B", "tuple": "p: Cy"},
+        {"document": "d2", "change": "only in B", "tuple": "(the whole document)"},
+    ]
