@@ -9,6 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys._called_from_test = True            # installed entry-point plugins never load in tests
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton kernels run on the CPU interpreter in tests
 
 
 @pytest.fixture(scope="session")

@@ -154,10 +154,12 @@ PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "4090": 165.2, "A100": 312.0}
 VARIANTS = {                          # name -> (dtype, attention, cuda_graphs)
     "fp32 eager (traditional)": ("fp32", "eager", False),
     "fp32 sdpa": ("fp32", "sdpa", False),
+    "fp32 triton": ("fp32", "triton", False),
     "fp32 eager + cuda graphs": ("fp32", "eager", True),
     "bf16 eager": ("bf16", "eager", False),
     "bf16 sdpa": ("bf16", "sdpa", False),
-    "bf16 sdpa + cuda graphs (full stack)": ("bf16", "sdpa", True),
+    "bf16 triton": ("bf16", "triton", False),
+    "bf16 triton + cuda graphs (full stack)": ("bf16", "triton", True),
 }
 
 
@@ -251,8 +253,9 @@ def rex_e2e(args) -> dict:
     big = max(args.batch_sizes)
     plan = [("fp32 eager, one window at a time (traditional)", 1, ("fp32", "eager", False, False)),
             (f"fp32 eager, batch {big}", big, ("fp32", "eager", False, False)),
+            (f"lossless stack fp32: triton + sparse mask + cuda graphs, batch {big}", big, ("fp32", "triton", True, True)),
             (f"lossless stack fp32: sdpa + sparse mask + cuda graphs, batch {big}", big, ("fp32", "sdpa", True, True)),
-            (f"full stack bf16: sdpa + sparse mask + cuda graphs, batch {big}", big, ("bf16", "sdpa", True, True))]
+            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}", big, ("bf16", "triton", True, True))]
     rows, baseline = [], None
     for name, batch, knobs in plan:
         configure(model, *knobs)

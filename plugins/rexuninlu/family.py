@@ -76,7 +76,7 @@ class RexUniNLU(ModelFamily):
 
 
 class LoadedRex(LoadedModel):
-    attention_backends = ("eager", "sdpa")
+    attention_backends = ("eager", "sdpa", "triton")
     capabilities = frozenset({"unpad", "cuda_graphs", "checkpointing", "reduced_precision"})
 
     def __init__(self, family: RexUniNLU, weights: Path, device: str, tokenizer, network):

@@ -69,12 +69,29 @@ class RexConfig:
 
 # ---------------------------------------------------------------- attention
 
-def attend(q, k, v, c2p_table, p2c_table, rel_idx, mask, scale: float, backend: str):
-    """Disentangled attention. q,k,v [B,H,L,d]; tables [B,H,L,2S]; rel_idx [B,L,L]; mask [B,L,L] bool."""
-    idx = rel_idx.unsqueeze(1).expand(-1, q.shape[1], -1, -1)                 # [B,H,L,L]
+@dataclass
+class Structure:
+    """What every layer's attention needs about the batch, built once per forward.
+
+    rel_idx [B,L,L] and mask [B,L,L] drive the eager and SDPA paths; the fused Triton kernel
+    computes both per tile from positions and the per-token codes instead (no [L, L] tensors).
+    """
+
+    positions: torch.Tensor
+    rel_idx: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    codes: tuple | None = None        # (groups, types, segments) [B,L] each, for "triton"
+
+
+def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: str):
+    """Disentangled attention. q,k,v [B,H,L,d]; tables [B,H,L,2S] -> context [B,H,L,d]."""
+    if backend == "triton":
+        from plugins.rexuninlu.triton_attention import disentangled_attention
+        return disentangled_attention(q, k, v, c2p_table, p2c_table, st.positions, *st.codes, scale=scale)
+    idx = st.rel_idx.unsqueeze(1).expand(-1, q.shape[1], -1, -1)               # [B,H,L,L]
     c2p = torch.gather(c2p_table, -1, idx)                                     # Q_i . PK[idx(i,j)]
     p2c = torch.gather(p2c_table, -1, idx.transpose(-1, -2)).transpose(-1, -2)  # K_j . PQ[idx(i,j)]
-    keep = mask.unsqueeze(1)                                                   # [B,1,L,L]
+    keep = st.mask.unsqueeze(1)                                                # [B,1,L,L]
     if backend == "eager":
         scores = q @ (k.transpose(-1, -2) * scale) + (c2p + p2c) * scale
         scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
@@ -100,12 +117,12 @@ class SelfAttention(nn.Module):
     def split(self, x):                                    # [B,L,D] -> [B,H,L,d]
         return x.view(*x.shape[:-1], self.heads, -1).transpose(-3, -2)
 
-    def forward(self, x, rel, rel_idx, mask, backend):
+    def forward(self, x, rel, st, backend):
         q, k, v = self.split(self.query_proj(x)), self.split(self.key_proj(x)), self.split(self.value_proj(x))
         # share_att_key: positions go through the same projections, bias included.
         pq = self.split(self.query_proj(rel))              # [H,2S,d]
         pk = self.split(self.key_proj(rel))
-        ctx = attend(q, k, v, q @ pk.transpose(-1, -2), k @ pq.transpose(-1, -2), rel_idx, mask, self.scale, backend)
+        ctx = attend(q, k, v, q @ pk.transpose(-1, -2), k @ pq.transpose(-1, -2), st, self.scale, backend)
         return ctx.transpose(-3, -2).flatten(-2)           # [B,L,D]
 
 
@@ -141,8 +158,8 @@ class Layer(nn.Module):
         self.intermediate = Intermediate(cfg)
         self.output = DenseNorm(cfg.intermediate_size, cfg.hidden_size, cfg.layer_norm_eps)
 
-    def forward(self, x, rel, rel_idx, mask, backend):
-        a = self.attention.output(self.attention.self(x, rel, rel_idx, mask, backend), x)
+    def forward(self, x, rel, st, backend):
+        a = self.attention.output(self.attention.self(x, rel, st, backend), x)
         return self.output(F.gelu(self.intermediate.dense(a)), a)
 
 
@@ -186,16 +203,18 @@ class Encoder(nn.Module):
         self.span = cfg.position_buckets
         self.checkpointing = False                          # gradient checkpointing (training only)
 
-    def forward(self, emb, position_ids, mask, valid, backend="eager", segments=None):
-        # Un-bucketed relative positions from the prompt position ids, shared by every layer.
-        rel_idx = (position_ids[:, :, None] - position_ids[:, None, :] + self.span).clamp(0, 2 * self.span - 1)
+    def forward(self, emb, position_ids, mask, valid, backend="eager", segments=None, codes=None):
+        st = Structure(position_ids, mask=mask, codes=codes)
+        if backend != "triton":
+            # Un-bucketed relative positions from the prompt position ids, shared by every layer.
+            st.rel_idx = (position_ids[:, :, None] - position_ids[:, None, :] + self.span).clamp(0, 2 * self.span - 1)
         rel = self.LayerNorm(self.rel_embeddings.weight)   # [2S,D]
         x = emb
         for i, layer in enumerate(self.layer):
             if self.checkpointing and self.training and torch.is_grad_enabled():
-                x = torch.utils.checkpoint.checkpoint(layer, x, rel, rel_idx, mask, backend, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(layer, x, rel, st, backend, use_reentrant=False)
             else:
-                x = layer(x, rel, rel_idx, mask, backend)
+                x = layer(x, rel, st, backend)
             if i == 0:
                 x = self.conv(emb, x, valid, segments)
         return x
@@ -238,6 +257,7 @@ class RexModel(nn.Module):
 
     segments [B,L] (optional): the window each token belongs to when several windows are packed
     into one row; the mask must then keep windows apart, and the ConvLayer does so itself.
+    codes (groups, types, segments) replace the mask for the fused "triton" attention.
     """
 
     def __init__(self, cfg: RexConfig):
@@ -249,9 +269,9 @@ class RexModel(nn.Module):
         self.rotary_emb = Rotary(cfg.hidden_size)
         self.attention_backend = "eager"
 
-    def encode(self, input_ids, position_ids, mask, valid, segments=None):
+    def encode(self, input_ids, position_ids, mask, valid, segments=None, codes=None):
         emb = self.plm.embeddings(input_ids) * valid.unsqueeze(-1).to(self.plm.embeddings.LayerNorm.weight.dtype)
-        return self.plm.encoder(emb, position_ids, mask, valid, self.attention_backend, segments)
+        return self.plm.encoder(emb, position_ids, mask, valid, self.attention_backend, segments, codes)
 
     def span_logits(self, h, position_ids):
         """The span head runs in fp32 whatever the encoder precision: logits near 0 decide spans."""
@@ -260,5 +280,5 @@ class RexModel(nn.Module):
         k = self.rotary_emb(self.ffnk(h), position_ids)
         return q @ k.transpose(-1, -2)
 
-    def forward(self, input_ids, position_ids, mask, valid, segments=None):
-        return self.span_logits(self.encode(input_ids, position_ids, mask, valid, segments), position_ids)
+    def forward(self, input_ids, position_ids, mask, valid, segments=None, codes=None):
+        return self.span_logits(self.encode(input_ids, position_ids, mask, valid, segments, codes), position_ids)

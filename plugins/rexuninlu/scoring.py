@@ -63,6 +63,12 @@ def isolation_mask(p: Packed) -> torch.Tensor:
     return rule & (s[:, :, None] == s[:, None, :]) & (s >= 0)[:, None, :]
 
 
+def run_network(network: RexModel, p: Packed) -> torch.Tensor:
+    if network.attention_backend == "triton":           # the kernel applies the mask rule itself
+        return network(p.ids, p.positions, None, p.valid, p.segments, (p.groups, p.types, p.segments))
+    return network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
+
+
 class WindowScorer:
     def __init__(self, network: RexModel, pad_id: int, type_id: int, device: str, knobs: Knobs):
         self.network, self.pad_id, self.type_id = network, pad_id, type_id
@@ -119,7 +125,7 @@ class WindowScorer:
     def logits(self, p: Packed) -> torch.Tensor:
         if self.knobs.cuda_graphs and self.device.type == "cuda":
             return self.graph_for(p).replay_with(p)
-        return self.network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
+        return run_network(self.network, p)
 
     def graph_for(self, p: Packed) -> "CapturedForward":
         key = (tuple(p.ids.shape), self.knobs.dtype, self.knobs.attention)
@@ -195,8 +201,7 @@ class CapturedForward:
             self.out = self.run()
 
     def run(self):
-        s = self.static
-        return self.network(s.ids, s.positions, isolation_mask(s), s.valid, s.segments)
+        return run_network(self.network, self.static)
 
     def replay_with(self, p: Packed) -> torch.Tensor:
         for dst, src in zip((self.static.ids, self.static.positions, self.static.groups, self.static.types,
