@@ -102,9 +102,22 @@ class LoadedRex(LoadedModel):
                 on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
         if options:
             raise InputError(f"rexuninlu takes no options {sorted(options)}")
-        self.network.attention_backend = self.knobs.attention
+        self.network.attention_backend = self.attention_kernel()
         self.network.plm.encoder.checkpointing = self.knobs.checkpointing
         yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress)
+
+    def attention_kernel(self) -> str:
+        """The kernel that runs. Measured on an H200 (docs/benchmarks.md): the Triton kernel is the
+        fastest in bf16/fp16 but its exact-fp32 dots are slow, so fp32 uses SDPA instead."""
+        wanted = self.knobs.attention
+        if wanted == "triton":
+            from plugins.rexuninlu import triton_attention
+            if self.knobs.dtype == "fp32" or not self.device.startswith("cuda") or not triton_attention.available():
+                return "sdpa"
+        return wanted
+
+    def describe(self):
+        return {**super().describe(), "attention": self.attention_kernel()}
 
     def tokens_processed(self) -> int:
         return self.scorer.tokens

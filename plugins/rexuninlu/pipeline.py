@@ -99,6 +99,7 @@ def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Documen
             runs.pop(i)
             waiting.pop(i, None)
 
+    p.prefetch([doc.text for doc in documents])
     for i, doc in enumerate(documents):
         runs[i] = document_run(p, doc.text, doc.schema)
         advance(i, None)
@@ -110,6 +111,7 @@ def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Documen
             if on_progress:
                 on_progress(next_out)
         if not waiting:
+            p.forget()
             break
         order = list(waiting)
         flat = [w for i in order for w in waiting[i]]

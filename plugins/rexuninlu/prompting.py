@@ -89,7 +89,9 @@ class Prompter:
         self.prefix_id, self.type_id, self.classify_id, self.multi_id = tokenizer.convert_tokens_to_ids(
             [PREFIX, TYPE, CLASSIFY, MULTICLASSIFY])
         self.token_count = lru_cache(maxsize=65536)(self._token_count)
-        self._last_piece: tuple | None = None
+        self._pieces: dict[str, tuple] = {}
+        self.head_layout = lru_cache(maxsize=4096)(self._head_layout)
+        self.hint_pieces = lru_cache(maxsize=4096)(self._tokenize)     # hints repeat across documents
 
     def _token_count(self, s: str) -> int:
         return len(self.tok(s)["input_ids"]) - 1          # tokens + 1 (the [PREFIX]/[TYPE] in front)
@@ -135,7 +137,7 @@ class Prompter:
         512 - 3 - len(hint) tokens starting every (that - stride) tokens until the text is covered.
         Built by hand because tokenizers 0.23 returns only the first overflow window.
         """
-        h_ids, h_offs = self.pieces(hint)
+        h_ids, h_offs = self.hint_pieces(hint)
         t_ids, t_offs = self.pieces(text)
         budget = MAX_LEN - 3 - len(h_ids)
         step = budget - (STRIDE if kind == "no_cls" else 0)
@@ -155,14 +157,29 @@ class Prompter:
         return out
 
     def pieces(self, s: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Token ids and character offsets of `s` alone (no special tokens); the last text is cached."""
-        if self._last_piece is not None and self._last_piece[0] == s:
-            return self._last_piece[1]
-        enc = self.tok(s, add_special_tokens=False, return_offsets_mapping=True)
-        result = (enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]])
-        if len(s) > 1000:
-            self._last_piece = (s, result)
+        """Token ids and character offsets of `s` alone (no special tokens)."""
+        if s in self._pieces:
+            return self._pieces[s]
+        result = self._tokenize(s)
+        if len(s) > 1000:                                   # long texts are re-read for every hint
+            self._pieces = {s: result}
         return result
+
+    def _tokenize(self, s: str) -> tuple[list[int], list[tuple[int, int]]]:
+        enc = self.tok(s, add_special_tokens=False, return_offsets_mapping=True)
+        return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
+
+    def prefetch(self, texts: list[str]) -> None:
+        """Tokenize many texts in one call (the Rust tokenizer runs them in parallel)."""
+        texts = [t for t in dict.fromkeys(texts) if t]
+        if not texts:
+            return
+        enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+        self._pieces = {t: (ids, [tuple(o) for o in offs])
+                        for t, ids, offs in zip(texts, enc["input_ids"], enc["offset_mapping"])}
+
+    def forget(self) -> None:
+        self._pieces = {}
 
     def layout(self, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
         """Position ids and the isolation structure of one window (spec §2.5–2.6).
@@ -170,39 +187,35 @@ class Prompter:
         grp[i]: the prefix group of a hint token, -1 for global tokens ([CLS], [SEP], text);
         typ[i]: 0 for a prefix-span token, k >= 1 for the k-th type span of its group.
         Every group restarts at position 1, every type span at 1 + len(prefix span);
-        the text region continues after the largest hint position.
+        the text region (from the first [SEP]) continues after the largest hint position.
         """
-        if len(ids) < 2 or ids[0] != self.cls_id or ids[1] != self.prefix_id:
+        n_head = ids.index(self.sep_id)
+        pos, grp, typ = self.head_layout(tuple(ids[:n_head]))
+        nxt, rest = max(pos) + 1, len(ids) - n_head
+        return list(pos) + list(range(nxt, nxt + rest)), list(grp) + [-1] * rest, list(typ) + [0] * rest
+
+    def _head_layout(self, head: tuple[int, ...]) -> tuple[tuple, tuple, tuple]:
+        """Layout of [CLS] + hint; the same for every window of a hint, so it is cached."""
+        if len(head) < 2 or head[0] != self.cls_id or head[1] != self.prefix_id:
             raise ValueError("a window must start with [CLS][PREFIX]")
         pos, grp, typ = [0], [-1], [0]
-        group, ntype, prefix_len, span_len, region = -1, 0, 0, 0, "prefix"
-        for t in ids[1:]:
+        group, ntype, prefix_len, span_len, in_prefix = -1, 0, 0, 0, True
+        for t in head[1:]:
             if t == self.prefix_id:
-                group, ntype, prefix_len, region = group + 1, 0, 1, "prefix"
+                group, ntype, prefix_len, in_prefix = group + 1, 0, 1, True
                 pos.append(1)
             elif t == self.type_id:
-                ntype, span_len, region = ntype + 1, 1, "type"
+                ntype, span_len, in_prefix = ntype + 1, 1, False
                 pos.append(1 + prefix_len)
-            elif t == self.sep_id or region == "text":
-                region = "text"
-                pos.append(-1)                              # filled in below
-                grp.append(-1)
-                typ.append(0)
-                continue
-            elif region == "prefix":
+            elif in_prefix:
                 prefix_len += 1
                 pos.append(prefix_len)
             else:
                 span_len += 1
                 pos.append(prefix_len + span_len)
             grp.append(group)
-            typ.append(0 if region == "prefix" else ntype)
-        nxt = max(pos) + 1
-        for i, p in enumerate(pos):
-            if p == -1:
-                pos[i] = nxt
-                nxt += 1
-        return pos, grp, typ
+            typ.append(0 if in_prefix else ntype)
+        return tuple(pos), tuple(grp), tuple(typ)
 
 
 def allowed(grp_q: int, typ_q: int, grp_k: int, typ_k: int) -> bool:

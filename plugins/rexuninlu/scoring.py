@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from plugins.rexuninlu.decoding import Links, Window
@@ -97,27 +98,26 @@ class WindowScorer:
         B = len(rows)
         if self.knobs.cuda_graphs:
             B = 1 << (B - 1).bit_length()                         # rows padded to a power of two
-        cols = {k: [[] for _ in range(B)] for k in ("ids", "pos", "grp", "typ", "seg", "text", "type")}
+        ids = np.full((B, L), self.pad_id, np.int64)
+        pos, typ = np.zeros((B, L), np.int64), np.zeros((B, L), np.int64)
+        grp, seg = np.full((B, L), -2, np.int64), np.full((B, L), -1, np.int64)
+        is_text, is_type = np.zeros((B, L), bool), np.zeros((B, L), bool)
         starts, slot = [], 0
         for r, row in enumerate(rows):
-            c = cols
+            at = 0
             for w in row:
-                starts.append((r, len(c["ids"][r])))
-                c["ids"][r] += w.ids
-                c["pos"][r] += w.positions
-                c["grp"][r] += [g if g < 0 else slot * 1024 + g for g in w.groups]
-                c["typ"][r] += w.types
-                c["seg"][r] += [slot] * len(w.ids)
-                c["text"][r] += [i >= w.n_hint for i in range(len(w.ids))]
-                c["type"][r] += [i < w.n_hint and t == self.type_id for i, t in enumerate(w.ids)]
-                slot += 1
-        fill = {"ids": self.pad_id, "pos": 0, "grp": -2, "typ": 0, "seg": -1, "text": False, "type": False}
-
-        def tensor(key, dtype):
-            return torch.tensor([row + [fill[key]] * (L - len(row)) for row in cols[key]], dtype=dtype)
-        t = [tensor(k, torch.long) for k in ("ids", "pos", "grp", "typ", "seg")] + \
-            [tensor(k, torch.bool) for k in ("text", "type")]
-        t = [x.to(self.device, non_blocking=True) for x in t]
+                n, nh, end = len(w.ids), w.n_hint, at + len(w.ids)
+                starts.append((r, at))
+                ids[r, at:end] = w.ids
+                pos[r, at:end] = w.positions
+                g = np.asarray(w.groups)
+                grp[r, at:end] = np.where(g < 0, g, slot * 1024 + g)     # groups unique per window
+                typ[r, at:end] = w.types
+                seg[r, at:end] = slot
+                is_text[r, at + nh:end] = True
+                is_type[r, at:at + nh] = ids[r, at:at + nh] == self.type_id
+                at, slot = end, slot + 1
+        t = [torch.from_numpy(a).to(self.device, non_blocking=True) for a in (ids, pos, grp, typ, seg, is_text, is_type)]
         return Packed(*t, starts=starts)
 
     # ------------------------------------------------------------ forward

@@ -122,7 +122,7 @@ def test_200k_character_text_scores_in_bounded_steps(rex_model, monkeypatch):
     monkeypatch.setattr(scoring.WindowScorer, "score",
                         lambda self, ws, bs: (seen.append(len(ws)), original(self, ws, bs))[1])
 
-    def stand_in(ids, pos, mask, valid, segments=None):
+    def stand_in(ids, pos, mask, valid, segments=None, codes=None):
         logits = torch.full(ids.shape + ids.shape[-1:], -1.0)
         for b in range(ids.shape[0]):
             sep = (ids[b] == 2).nonzero()[0, 0].item()
@@ -130,6 +130,7 @@ def test_200k_character_text_scores_in_bounded_steps(rex_model, monkeypatch):
             h, tl = sep + 2, sep + 6
             logits[b, h, tl] = logits[b, h, t] = logits[b, t, tl] = 1.0
         return logits
+    stand_in.attention_backend = "eager"
     monkeypatch.setattr(rex_model.scorer, "network", stand_in)
     text = ("中央电视台和中国电视剧制作中心。" * 12500)[:200_000]
     result = next(rex_model.extract([Document("huge", text, {"组织机构": None})], batch_size=32))

@@ -131,6 +131,17 @@ def test_sdpa_knob_gives_the_same_results_as_eager(loaded):
     assert [r.to_json() for r in loaded.extract(documents(), **SETTINGS)] == eager
 
 
+def test_the_optimization_plugins_switch_the_attention_kernel_and_refuse_the_rest(loaded):
+    from workstation import engine
+    assert engine.apply_optimizations(loaded, ["flash-attention"]) == {"flash-attention": "sdpa"}
+    assert loaded.knobs.attention == "sdpa"
+    engine.apply_optimizations(loaded, [])
+    assert loaded.knobs.attention == "eager"
+    for name in ("sparse-mask", "memory-pool", "gradient-checkpointing", "precision"):   # precision: CPU here
+        with pytest.raises(InputError, match="does not apply"):
+            engine.apply_optimizations(loaded, [name])
+
+
 def test_set_dtype_casts_the_network_and_records_it(loaded):
     loaded.set_dtype("bf16")
     assert loaded.knobs.dtype == "bf16" and loaded.network.word_embeddings.weight.dtype == torch.bfloat16

@@ -28,6 +28,7 @@ class FakeFamily(ModelFamily):
     name = "fakeie"
     title = "Fake IE (tests)"
     tasks = {p.name: p for p in PRESETS}
+    options = {"max_hits": 100}
 
     def __init__(self) -> None:
         self.loads: list[tuple[str, str, str]] = []
@@ -77,7 +78,9 @@ class FakeModel(LoadedModel):
         try:
             for doc in documents:
                 self.tokens += len(doc.text)
-                yield self._one(doc)
+                result = self._one(doc)
+                result.tuples = result.tuples[:int(options.get("max_hits", 100))]
+                yield result
         finally:
             self.in_use.release()
 

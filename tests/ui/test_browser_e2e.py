@@ -1,8 +1,9 @@
 """End to end in a real browser: `streamlit run` + Debian's Chromium driven by Playwright.
 
 Runs the real RexUniNLU plugin on tiny demo weights written into a tmp dir: extract, see the result
-drawn, find the run in History, download an export, run a batch, and save a screenshot of every page
-under docs/screenshots/.
+drawn, find the run in History, download an export, run a batch, and take a screenshot of every page.
+The screenshots go to the test's tmp dir; to refresh the ones in the docs:
+    IEW_SCREENSHOTS=docs/screenshots python3 launcher.py test tests/ui/test_browser_e2e.py
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "screenshots"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -124,17 +124,24 @@ def click(page, label: str) -> None:
     page.locator("button", has_text=exact).first.click()
 
 
-def shot(page, name: str) -> None:
+@pytest.fixture
+def shots(server) -> Path:
+    folder = Path(os.environ.get("IEW_SCREENSHOTS") or server[1] / "screenshots")
+    folder = folder if folder.is_absolute() else ROOT / folder
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shot(page, folder: Path, name: str) -> None:
     """The whole page: Streamlit scrolls inside its main block, so the viewport is grown to fit it."""
-    SHOTS.mkdir(parents=True, exist_ok=True)
     height = page.evaluate("document.querySelector('[data-testid=stMain]').scrollHeight")
     page.set_viewport_size({"width": 1440, "height": min(max(height, 1000), 4000)})
     page.wait_for_timeout(500)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    page.screenshot(path=str(folder / f"{name}.png"))
     page.set_viewport_size({"width": 1440, "height": 1000})
 
 
-def test_extract_on_demo_weights_then_history_export_and_batch(server, page):
+def test_extract_on_demo_weights_then_history_export_and_batch(server, page, shots):
     from storage.repository import open_store
     url, tmp = server
     page.goto(url)
@@ -159,7 +166,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page):
         assert page.locator(".iew-text mark").count() >= 1
     for metric in ("Wall time", "Tokens", "Peak GPU memory", "Device", "Precision"):
         assert page.get_by_test_id("stMetricLabel").filter(has_text=metric).count() == 1
-    shot(page, "extract")
+    shot(page, shots, "extract")
 
     # Hostile text never becomes markup
     page.get_by_label("Text").fill('<img src=x onerror="document.title=\'pwned\'"> <script>document.title="pwned"</script>')
@@ -181,7 +188,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page):
     click(page, "Open")
     settle(page)
     page.get_by_role("heading", name="Run 1").wait_for()
-    shot(page, "history")
+    shot(page, shots, "history")
     click(page, "Export")
     click(page, "Prepare file")
     settle(page)
@@ -207,14 +214,25 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page):
     page.get_by_text("6 / 6 documents").wait_for(timeout=120_000)
     settle(page)
     assert store.get_job(1).status == "done"
-    shot(page, "batch")
+    shot(page, shots, "batch")
 
-    for title, name in (("Optimizations", "optimizations"), ("GPU monitor", "monitor"), ("Plugins", "plugins")):
+    # Optimizations: switch on one that applies on the CPU, run the last documents again, compare
+    go(page, "Optimizations")
+    page.get_by_test_id("stHorizontalBlock").filter(has_text="sparse-mask").get_by_test_id("stCheckbox").click()
+    settle(page)
+    click(page, "Run again")
+    settle(page)
+    page.get_by_text("Run 2 (A) vs run 3 (B)").wait_for()
+    assert store.get_run(3).summary.optimizations.keys() == {"sparse-mask"}
+    assert "Both runs extracted exactly the same tuples." in page.get_by_test_id("stMain").inner_text()
+    shot(page, shots, "optimizations")
+
+    for title, name in (("GPU monitor", "monitor"), ("Plugins", "plugins")):
         go(page, title)
         assert page.get_by_test_id("stException").count() == 0, title
         if name == "monitor":
             from workstation.monitor import NvmlMonitor
             expected = "GPU 0" if NvmlMonitor().available else "No NVIDIA GPU"
             page.get_by_text(expected).first.wait_for()
-        shot(page, name)
+        shot(page, shots, name)
     store.close()

@@ -106,3 +106,22 @@ def test_a_model_that_cannot_load_is_an_error_message_not_a_crash(app, ui_env):
     button(at, "Run").click().run()
     assert not at.exception
     assert any("no checkpoint at" in e.value for e in at.error)
+
+
+def test_model_options_are_passed_to_the_model_and_recorded(app):
+    at = app.run()
+    at.number_input(key="extract:fakeie:max_hits").set_value(1).run()
+    button(at, "Run").click().run()
+    detail = state.store().get_run(at.session_state["extract_run_id"])
+    assert detail.summary.options == {"max_hits": 1}
+    assert [s.span for t in detail.items[0][1].tuples for s in t] == ["Alice"]
+
+
+def test_a_validator_that_crashes_is_reported_not_raised(app, fake_plugin, monkeypatch):
+    def broken(document):
+        raise TypeError("unhashable type: 'list'")
+    monkeypatch.setattr(fake_plugin.family, "validate", broken)
+    at = app.run()
+    assert not at.exception
+    assert any("cannot be checked: TypeError" in e.value for e in at.error)
+    assert button(at, "Run").disabled
