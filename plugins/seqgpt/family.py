@@ -1,0 +1,113 @@
+"""The SeqGPT model plugin: tasks, validation, loading, demo weights, and the loaded model."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from plugins.seqgpt import demo, loading, prompting
+from plugins.seqgpt.generation import GenerationSettings
+from plugins.seqgpt.modeling import ATTENTION_BACKENDS
+from plugins.seqgpt.pipeline import Pipeline
+from workstation.domain import Document, InputError, Result
+from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+# Generation and prompt options `extract` takes, with their defaults: the README / model-card profile
+# (beam 4, no sampling, 256 new tokens, no repetition penalty). inference.py's profile adds
+# repetition_penalty=2.0.
+OPTIONS = {
+    "num_beams": 4,
+    "max_new_tokens": 256,
+    "repetition_penalty": 1.0,
+    "markers": "zh",                                  # "en" is an opt-in, not what the model was trained on
+    "label_batch": prompting.DEFAULT_LABEL_BATCH,     # extraction labels per prompt
+}
+
+PRESETS = [
+    TaskPreset("cls", "Classification", "I want my checking balance.", ["CheckBalance", "TransferMoney"],
+               "Choose the label(s) that fit the text."),
+    TaskPreset("ext", "Extraction", "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", ["人物", "地理位置", "组织机构"],
+               "Find the spans of each label; more than 6 labels are asked in several prompts."),
+    TaskPreset("nli", "Sentence pair (NLI)", "李老板卖鱼，卖了三十框鱼\t李老板赚翻了",
+               ["entailment", "contradiction", "neutral"],
+               "Classify the relation of two sentences separated by a TAB."),
+]
+
+
+class SeqGPT(ModelFamily):
+    name = "seqgpt"
+    title = "SeqGPT-560M (BLOOM generative extractor, zero-shot, label-driven)"
+    tasks = {t.name: t for t in PRESETS}
+    options = OPTIONS
+
+    def validate(self, document: Document) -> None:
+        prompting.validate(document)
+
+    def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedSeqGPT":
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
+        weights = Path(weights)
+        tokenizer = loading.load_tokenizer(weights)
+        network = loading.load_network(weights, DTYPES[dtype]).to(device)
+        model = LoadedSeqGPT(self, weights, device, network, tokenizer, loading.read_special_tokens(weights))
+        model.set_dtype(dtype)
+        return model
+
+    def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
+        return demo.write(Path(out_dir), size)
+
+
+class LoadedSeqGPT(LoadedModel):
+    # Length bucketing and dropping finished rows are always on (they change no output); packing,
+    # CUDA graphs and fine-tuning are not implemented for SeqGPT yet.
+    capabilities = frozenset({"reduced_precision"})
+
+    def __init__(self, family: SeqGPT, weights: Path, device: str, network, tokenizer,
+                 special: loading.SpecialTokens):
+        self.family, self.weights, self.device = family, weights, device
+        self.is_demo = (weights / DEMO_MARKER).exists()
+        self.knobs = Knobs()
+        self.network, self.tokenizer, self.special = network, tokenizer, special
+        self.pipeline = Pipeline(network, tokenizer)
+
+    @property
+    def attention_backends(self) -> tuple[str, ...]:
+        return tuple(ATTENTION_BACKENDS)          # "eager" first: HF's arithmetic, the reference
+
+    def set_dtype(self, dtype: str) -> None:
+        if dtype not in DTYPES:
+            raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
+        # Everything is cast, as the reference's model.half(); softmax and the search run in fp32.
+        self.network.to(DTYPES[dtype])
+        self.knobs.dtype = dtype
+
+    def tokens_processed(self) -> int:
+        return self.pipeline.tokens_fed
+
+    def settings(self, options: dict) -> tuple[GenerationSettings, dict]:
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise InputError(f"seqgpt does not take option(s) {', '.join(unknown)}; it takes {', '.join(OPTIONS)}")
+        values = OPTIONS | {k: v for k, v in options.items() if v is not None}
+        try:
+            settings = GenerationSettings(num_beams=int(values["num_beams"]),
+                                          max_new_tokens=int(values["max_new_tokens"]),
+                                          repetition_penalty=float(values["repetition_penalty"]),
+                                          eos_token_id=self.special.eos, pad_token_id=self.special.pad)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"seqgpt option: {e}") from None
+        return settings, values
+
+    def extract(self, documents: Sequence[Document], batch_size: int = 8,
+                on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
+        settings, values = self.settings(options)
+        if self.knobs.attention not in ATTENTION_BACKENDS:
+            raise InputError(f"attention backend {self.knobs.attention!r} is not available for seqgpt; "
+                             f"have {', '.join(ATTENTION_BACKENDS)}")
+        for document in documents:                    # all input errors before any model work
+            self.family.validate(document)
+        yield from self.pipeline.run(documents, batch_size, settings, self.knobs.attention, values["markers"],
+                                     int(values["label_batch"]), on_progress)

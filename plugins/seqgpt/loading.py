@@ -1,0 +1,121 @@
+"""The official SeqGPT-560M directory -> our Bloom network, tokenizer and special token ids (spec §2).
+
+Strict: a missing, extra or mis-shaped tensor is an error that names it. Accepted: an fp16
+`pytorch_model.bin` (the official file) or `model.safetensors`; keys with or without the
+`transformer.` prefix; no `lm_head.weight` when the embeddings are tied (the BLOOM default).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from plugins.seqgpt.modeling import Bloom, BloomConfig
+from workstation.domain import WeightsError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    eos: int
+    pad: int
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise WeightsError(f"{path} is missing; point --weights at the SeqGPT-560M checkpoint directory") from None
+    except json.JSONDecodeError as e:
+        raise WeightsError(f"{path} is not valid JSON ({e.msg}, line {e.lineno})") from None
+
+
+def read_config(weights: Path) -> BloomConfig:
+    raw = _read_json(weights / "config.json")
+    if raw.get("model_type", "bloom") != "bloom":
+        raise WeightsError(f"{weights / 'config.json'} describes a {raw['model_type']!r} model, not BLOOM")
+    if raw.get("pretraining_tp", 1) > 1 and raw.get("slow_but_exact", False):
+        raise WeightsError("config.json asks for slow_but_exact tensor-parallel sums, which this loader does not do")
+    try:
+        return BloomConfig(
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=int(raw.get("hidden_size", raw.get("n_embed"))),
+            n_layer=int(raw.get("n_layer", raw.get("num_hidden_layers"))),
+            n_head=int(raw.get("n_head", raw.get("num_attention_heads"))),
+            layer_norm_epsilon=float(raw.get("layer_norm_epsilon", 1e-5)),
+            apply_residual_connection_post_layernorm=bool(raw.get("apply_residual_connection_post_layernorm",
+                                                                  False)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise WeightsError(f"{weights / 'config.json'} lacks a usable BLOOM field ({e})") from None
+
+
+def read_special_tokens(weights: Path) -> SpecialTokens:
+    """EOS and PAD as `generate` sees them: generation_config.json first, then config.json."""
+    merged = _read_json(weights / "config.json")
+    if (weights / "generation_config.json").exists():
+        merged |= {k: v for k, v in _read_json(weights / "generation_config.json").items() if v is not None}
+    eos = merged.get("eos_token_id", 2)
+    eos = eos[0] if isinstance(eos, list) else eos
+    return SpecialTokens(eos=int(eos), pad=int(merged.get("pad_token_id", 3)))
+
+
+def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
+    for name in WEIGHT_FILES:
+        path = weights / name
+        if not path.exists():
+            continue
+        try:
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+                return load_file(str(path))
+            return torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:            # noqa: BLE001 - any unreadable file gets the same advice
+            raise WeightsError(f"{path} could not be read ({type(e).__name__}: {e}); is the download complete?") \
+                from None
+    raise WeightsError(f"no weights in {weights}: expected one of {', '.join(WEIGHT_FILES)}")
+
+
+def load_network(weights: Path, dtype: torch.dtype = torch.float32) -> Bloom:
+    """The network on the CPU in `dtype` (the official file is fp16; fp32 upcasts it exactly)."""
+    config = read_config(weights)
+    state = {k.removeprefix("transformer."): v for k, v in read_state_dict(weights).items()}
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)          # tied: the embedding matrix is the output layer
+    with torch.device("meta"):
+        network = Bloom(config)
+    expected = {k: tuple(v.shape) for k, v in network.state_dict().items()}
+    missing = [k for k in expected if k not in state]
+    if missing:
+        raise WeightsError(f"{weights}: tensor(s) missing from the checkpoint: {', '.join(missing[:8])}"
+                           + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
+    unexpected = [k for k in state if k not in expected]
+    if unexpected:
+        raise WeightsError(f"{weights}: tensor(s) this BLOOM config does not have: {', '.join(unexpected[:8])}; "
+                           "does config.json belong to these weights?")
+    for key, shape in expected.items():
+        if tuple(state[key].shape) != shape:
+            raise WeightsError(f"{weights}: tensor {key} has shape {tuple(state[key].shape)}, "
+                               f"config.json implies {shape}")
+    network.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True)
+    return network.eval().requires_grad_(False)
+
+
+def load_tokenizer(weights: Path):
+    """The checkpoint's own fast tokenizer, padding and truncating on the left as the reference does."""
+    missing = [name for name in TOKENIZER_FILES if not (weights / name).exists()]
+    if missing:
+        raise WeightsError(f"{weights}: tokenizer file(s) missing: {', '.join(missing)}")
+    from transformers import AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(weights), local_files_only=True)
+    except Exception as e:                # noqa: BLE001
+        raise WeightsError(f"{weights}: the tokenizer could not be loaded ({type(e).__name__}: {e})") from None
+    tokenizer.padding_side = "left"
+    tokenizer.truncation_side = "left"
+    return tokenizer

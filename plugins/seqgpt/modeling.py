@@ -1,0 +1,261 @@
+"""BLOOM, the network under SeqGPT-560M: config, attention backends, attention, MLP, block, model.
+
+The eager path does Hugging Face BloomForCausalLM's arithmetic op for op (transformers 5.17.0,
+spec §2 and §3.1), so in fp32 it reproduces its logits bit for bit; the SDPA path expresses the
+same ALiBi attention through a float bias. Module names equal the checkpoint's keys (less the
+`transformer.` prefix), so the official state dict loads without renaming.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class BloomConfig:
+    vocab_size: int = 250880            # bloom-560m / SeqGPT-560M: 250,680 tokens padded to 250,880
+    hidden_size: int = 1024
+    n_layer: int = 24
+    n_head: int = 16
+    layer_norm_epsilon: float = 1e-5
+    apply_residual_connection_post_layernorm: bool = False
+    tie_word_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.n_head
+
+
+def alibi_slopes(n_head: int, device=None) -> torch.Tensor:
+    """ALiBi slope per head, computed as HF does (fp32 powers) so the bias matches to the bit. [H]"""
+    closest = 2 ** math.floor(math.log2(n_head))
+    base = torch.tensor(2 ** (-(2 ** -(math.log2(closest) - 3))), dtype=torch.float32, device=device)
+    slopes = torch.pow(base, torch.arange(1, 1 + closest, dtype=torch.int32, device=device))
+    if closest != n_head:   # head counts that are not a power of 2 interleave a finer schedule
+        extra = torch.tensor(2 ** (-(2 ** -(math.log2(2 * closest) - 3))), dtype=torch.float32, device=device)
+        n_extra = min(closest, n_head - closest)
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * n_extra, 2, dtype=torch.int32,
+                                                                  device=device))])
+    return slopes
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention backends. All of them see the same inputs: the 2D padding mask of everything in the
+# cache plus the new tokens, from which ALiBi positions (counted over real tokens only, so left
+# padding is exact) and the causal + padding mask follow. A fused backend (flash-attn with
+# alibi_slopes and varlen) registers here under its own name; nothing else changes.
+# ----------------------------------------------------------------------------------------------
+
+@dataclass
+class AttentionInputs:
+    slopes: torch.Tensor            # [H] fp32
+    key_positions: torch.Tensor     # [B, kv] position among the row's real tokens; 0 on pads (HF's arange)
+    allowed: torch.Tensor           # [B, 1, q, kv] bool: causal and the key is a real token
+
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor, q_len: int, slopes: torch.Tensor) -> "AttentionInputs":
+        kv = attention_mask.shape[1]
+        positions = (attention_mask.cumsum(dim=-1) - 1) * attention_mask
+        causal = torch.ones(q_len, kv, dtype=torch.bool, device=attention_mask.device).tril(kv - q_len)
+        allowed = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        return cls(slopes, positions, allowed)
+
+    @property
+    def query_positions(self) -> torch.Tensor:     # [B, q]
+        return self.key_positions[:, -self.allowed.shape[2]:]
+
+
+class AttentionBackend(Protocol):
+    name: str
+
+    def prepare(self, inputs: AttentionInputs, dtype: torch.dtype) -> object:
+        """Once per forward: whatever the kernel needs (bias, mask), shared by all layers."""
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prepared) -> torch.Tensor:
+        """q [B, H, q, D], k and v [B, H, kv, D] -> [B, H, q, D]."""
+
+
+class EagerAttention:
+    """HF's arithmetic: absolute ALiBi (slope * key position, in the model dtype) added by baddbmm,
+    masked scores, softmax in fp32. Shift invariance of softmax makes the absolute form exact."""
+
+    name = "eager"
+
+    def prepare(self, inputs: AttentionInputs, dtype: torch.dtype):
+        b, kv = inputs.key_positions.shape
+        alibi = inputs.slopes[..., None] * inputs.key_positions[:, None, :]         # [B, H, kv] fp32
+        return alibi.reshape(b * len(inputs.slopes), 1, kv).to(dtype), inputs.allowed
+
+    def attend(self, q, k, v, prepared):
+        alibi, allowed = prepared
+        b, h, q_len, d = q.shape
+        kv = k.shape[2]
+        scores = alibi.baddbmm(q.reshape(b * h, q_len, d), k.reshape(b * h, kv, d).transpose(-1, -2),
+                               beta=1.0, alpha=1.0 / math.sqrt(d))
+        # HF adds finfo.min, which in fp32 rounds to exactly finfo.min; masked_fill gives the same bits
+        # and, unlike the sum, cannot overflow to -inf in fp16 (a fully masked pad row would turn NaN).
+        scores = scores.view(b, h, q_len, kv).masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        return torch.bmm(probs.view(b * h, q_len, kv), v.reshape(b * h, kv, d)).view(b, h, q_len, d)
+
+
+class SdpaAttention:
+    """torch SDPA with ALiBi as a float bias slope * (key pos - query pos), relative, so it stays
+    accurate in fp16 at long positions. Masked entries get a large *finite* negative: -inf would make
+    fully masked pad rows NaN, and 0 * NaN leaks through the value product."""
+
+    name = "sdpa"
+
+    def prepare(self, inputs: AttentionInputs, dtype: torch.dtype):
+        distance = inputs.key_positions[:, None, None, :] - inputs.query_positions[:, None, :, None]
+        bias = inputs.slopes[None, :, None, None] * distance                        # [B, H, q, kv] fp32
+        bias = bias.masked_fill(~inputs.allowed, torch.finfo(dtype).min / 2)
+        return bias.to(dtype)
+
+    def attend(self, q, k, v, prepared):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=prepared)
+
+
+ATTENTION_BACKENDS: dict[str, AttentionBackend] = {"eager": EagerAttention(), "sdpa": SdpaAttention()}
+
+
+def register_attention_backend(backend: AttentionBackend) -> None:
+    """Add a kernel (e.g. flash-attn) under backend.name; knobs.attention then selects it."""
+    ATTENTION_BACKENDS[backend.name] = backend
+
+
+# ----------------------------------------------------------------------------------------------
+# KV cache
+# ----------------------------------------------------------------------------------------------
+
+class KVCache:
+    """Keys and values of every layer, preallocated for prompt + new tokens: [n_layer, B, H, capacity, D].
+
+    Static shapes (no concatenation per step) are what CUDA-graph capture needs later."""
+
+    def __init__(self, config: BloomConfig, batch: int, capacity: int, dtype: torch.dtype, device):
+        shape = (config.n_layer, batch, config.n_head, capacity, config.head_dim)
+        self.keys = torch.empty(shape, dtype=dtype, device=device)
+        self.values = torch.empty(shape, dtype=dtype, device=device)
+        self.length = 0
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the new tokens' k, v [B, H, q, D]; return everything so far [B, H, length + q, D]."""
+        end = self.length + k.shape[2]
+        if end > self.keys.shape[3]:
+            raise RuntimeError(f"KV cache holds {self.keys.shape[3]} tokens, {end} were asked for")
+        self.keys[layer, :, :, self.length:end] = k
+        self.values[layer, :, :, self.length:end] = v
+        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
+
+    def advance(self, n: int) -> None:
+        self.length += n
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep (and repeat or reorder) batch rows: beam reordering, dropping finished rows."""
+        self.keys = self.keys.index_select(1, rows)
+        self.values = self.values.index_select(1, rows)
+
+
+# ----------------------------------------------------------------------------------------------
+# The network
+# ----------------------------------------------------------------------------------------------
+
+def bloom_gelu(x: torch.Tensor) -> torch.Tensor:
+    # BLOOM's tanh approximation, with HF's constants and operation order (not erf GELU).
+    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Attention(nn.Module):
+    def __init__(self, config: BloomConfig):
+        super().__init__()
+        self.n_head, self.head_dim = config.n_head, config.head_dim
+        self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, x, residual, attend: Attend, cache: KVCache | None, layer: int):
+        b, q_len, _ = x.shape
+        # The fused projection's rows are laid out (head, {q,k,v}, dim), not ({q,k,v}, head, dim).
+        qkv = self.query_key_value(x).view(b, q_len, self.n_head, 3, self.head_dim)
+        q, k, v = (qkv[..., i, :].transpose(1, 2) for i in range(3))                 # [B, H, q, D]
+        if cache is not None:
+            k, v = cache.write(layer, k, v)                                          # [B, H, kv, D]
+        context = attend(q, k, v).permute(0, 2, 1, 3).reshape(b, q_len, self.n_head * self.head_dim)
+        return residual + self.dense(context)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: BloomConfig):
+        super().__init__()
+        self.dense_h_to_4h = nn.Linear(config.hidden_size, 4 * config.hidden_size)
+        self.dense_4h_to_h = nn.Linear(4 * config.hidden_size, config.hidden_size)
+
+    def forward(self, x, residual):
+        return residual + self.dense_4h_to_h(bloom_gelu(self.dense_h_to_4h(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: BloomConfig):
+        super().__init__()
+        self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.self_attention = Attention(config)
+        self.post_attention_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.mlp = MLP(config)
+        self.residual_after_norm = config.apply_residual_connection_post_layernorm
+
+    def forward(self, x, attend: Attend, cache: KVCache | None, layer: int):
+        h = self.input_layernorm(x)
+        x = self.self_attention(h, h if self.residual_after_norm else x, attend, cache, layer)
+        h = self.post_attention_layernorm(x)
+        return self.mlp(h, h if self.residual_after_norm else x)
+
+
+class Bloom(nn.Module):
+    """Embeddings -> blocks -> final norm -> logits (lm_head tied to the embeddings unless configured)."""
+
+    def __init__(self, config: BloomConfig):
+        super().__init__()
+        self.config = config
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.word_embeddings_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.lm_head = None if config.tie_word_embeddings else \
+            nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def new_cache(self, batch: int, capacity: int) -> KVCache:
+        p = self.word_embeddings.weight
+        return KVCache(self.config, batch, capacity, p.dtype, p.device)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None,
+                attention: str = "eager", last_only: bool = True) -> torch.Tensor:
+        """input_ids [B, q] (the new tokens); attention_mask [B, cached + q], 1 = real token, 0 = pad.
+
+        Returns logits [B, 1, V] for the last position (or [B, q, V]), in the model dtype."""
+        if attention not in ATTENTION_BACKENDS:
+            raise ValueError(f"unknown attention backend {attention!r}; have {', '.join(ATTENTION_BACKENDS)}")
+        backend = ATTENTION_BACKENDS[attention]
+        x = self.word_embeddings_layernorm(self.word_embeddings(input_ids))
+        inputs = AttentionInputs.from_mask(attention_mask, input_ids.shape[1],
+                                           alibi_slopes(self.config.n_head, x.device))
+        prepared = backend.prepare(inputs, x.dtype)
+
+        def attend(q, k, v):
+            return backend.attend(q, k, v, prepared)
+
+        for layer, block in enumerate(self.h):
+            x = block(x, attend, cache, layer)
+        if cache is not None:
+            cache.advance(input_ids.shape[1])
+        if last_only:
+            x = x[:, -1:]
+        x = self.ln_f(x)
+        return F.linear(x, self.word_embeddings.weight if self.lm_head is None else self.lm_head.weight)
