@@ -134,6 +134,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="JSON results file")
+    p.add_argument("--dtype", default="fp16", choices=["fp32", "fp16", "bf16"], help="seqgpt-generate")
+    p.add_argument("--new-tokens", type=int, default=128, help="seqgpt-generate: max new tokens")
+    p.add_argument("--big-batch", type=int, default=64, help="seqgpt-generate: the large greedy batch")
     args = p.parse_args(argv)
     result = BENCHMARKS[args.benchmark](args)
     print(json.dumps(result["env"]))
@@ -276,3 +279,117 @@ def rex_e2e(args) -> dict:
 
 
 BENCHMARKS.update({"rex-encoder": rex_encoder, "rex-e2e": rex_e2e})
+
+
+def rex_kernel(args) -> dict:
+    """One attention call (B=64, H=12, L=512, d=64, bf16): Triton tile configs vs SDPA, checked."""
+    from plugins.rexuninlu.modeling import Structure, attend
+    from plugins.rexuninlu.triton_attention import disentangled_attention
+    device = engine.resolve_device(args.device)
+    if not device.startswith("cuda"):
+        raise InputError("rex-kernel times CUDA kernels; run it with --device cuda")
+    g = torch.Generator(device=device).manual_seed(0)
+    B, H, L, D, S = 64, 12, 512, 64, 256
+    q, k, v = (torch.randn(B, H, L, D, device=device, generator=g, dtype=torch.bfloat16) for _ in range(3))
+    c2p, p2c = (torch.randn(B, H, L, 2 * S, device=device, generator=g, dtype=torch.bfloat16) for _ in range(2))
+    pos = torch.arange(L, device=device).expand(B, L).contiguous()
+    grp = torch.full((B, L), -1, device=device)
+    zero = torch.zeros((B, L), dtype=torch.long, device=device)
+    st = Structure(pos, (pos[:, :, None] - pos[:, None, :] + S).clamp(0, 2 * S - 1),
+                   torch.ones(B, L, L, dtype=torch.bool, device=device), (grp, zero, zero))
+    scale = 1 / (3 * D) ** 0.5
+    reference = attend(q.float(), k.float(), v.float(), c2p.float(), p2c.float(), st, scale, "eager")
+
+    def time_it(fn):
+        for _ in range(3):
+            out = fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(20):
+            out = fn()
+        end.record()
+        sync(device)
+        return start.elapsed_time(end) / 20, (out.float() - reference).abs().max().item()
+    candidates = {"sdpa with materialised bias": lambda: attend(q, k, v, c2p, p2c, st, scale, "sdpa"),
+                  "flash sdpa, no bias (lower bound, not equivalent)":
+                      lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)}
+    for bm, bn, warps in [(64, 64, 4), (128, 64, 8), (128, 32, 4), (64, 32, 4), (128, 64, 4)]:
+        candidates[f"triton BLOCK_M={bm} BLOCK_N={bn} warps={warps}"] = \
+            (lambda bm=bm, bn=bn, w=warps: disentangled_attention(q, k, v, c2p, p2c, pos, grp, zero, zero, scale,
+                                                                   block_m=bm, block_n=bn, num_warps=w))
+    rows = []
+    for name, fn in candidates.items():
+        ms, err = time_it(fn)
+        rows.append({"kernel": name, "ms_per_layer_call": round(ms, 3), "max_abs_err_vs_fp32": float(f"{err:.3g}")})
+    return {"benchmark": "rex-kernel", "env": environment(device), "shape": [B, H, L, D], "rows": rows}
+
+
+BENCHMARKS["rex-kernel"] = rex_kernel
+
+
+# ---------------------------------------------------------------- SeqGPT generation
+
+def seqgpt_prompts(tokenizer, n: int, target_tokens: int = 256, seed: int = 0) -> list:
+    """n extraction prompts of the reference format, each about `target_tokens` long."""
+    from plugins.seqgpt.generation import EncodedPrompt
+    from plugins.seqgpt.prompting import prompt_text
+    rng = random.Random(seed)
+    prompts = []
+    for _ in range(n):
+        text = ""
+        while len(tokenizer(prompt_text(text, "抽取", ["人物", "地点", "组织"]))["input_ids"]) < target_tokens:
+            text += rng.choice(SENTENCES)
+        ids = tokenizer(prompt_text(text, "抽取", ["人物", "地点", "组织"]))["input_ids"]
+        prompts.append(EncodedPrompt(tuple(ids[-target_tokens:])))
+    return prompts
+
+
+def seqgpt_generate(args) -> dict:
+    """New tokens/s: our generation vs Hugging Face `generate` on the same weights, same run."""
+    from transformers import BloomForCausalLM
+    from plugins.seqgpt.generation import Batch, GenerationSettings, generate
+    device = engine.resolve_device(args.device)
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    weights = Path(args.weights) if args.weights else _demo(args, "seqgpt")
+    ours = engine.load_model("seqgpt", weights, device, "fp32")
+    ours.set_dtype(args.dtype)
+    hf = BloomForCausalLM.from_pretrained(str(weights), dtype=dtype).to(device).eval()
+    tok, special = ours.tokenizer, ours.special
+    rows = []
+    for label, batch, beams in [("greedy, batch 1", 1, 1), (f"greedy, batch {args.big_batch}", args.big_batch, 1),
+                                ("4-beam, batch 8", 8, 4)]:
+        prompts = seqgpt_prompts(tok, batch)
+        s = GenerationSettings(num_beams=beams, max_new_tokens=args.new_tokens,
+                               eos_token_id=special.eos, pad_token_id=special.pad)
+        b = Batch.left_padded(prompts, special.pad, device)
+
+        def run_hf():
+            out = hf.generate(input_ids=b.input_ids, attention_mask=b.attention_mask, num_beams=beams,
+                              do_sample=False, max_new_tokens=args.new_tokens, pad_token_id=special.pad,
+                              eos_token_id=special.eos)
+            return [[t for t in row.tolist() if t != special.pad][:] for row in out[:, b.input_ids.shape[1]:]]
+
+        results = {}
+        for name, fn in [("ours " + ours.knobs.attention, lambda: generate(ours.network, prompts, s, ours.knobs.attention).tokens),
+                         ("transformers generate", run_hf)]:
+            with torch.inference_mode():
+                fn()                                              # warm-up
+                sync(device)
+                start = time.perf_counter()
+                tokens = fn()
+                sync(device)
+            seconds = time.perf_counter() - start
+            tokens = [t[:t.index(special.eos)] if special.eos in t else t for t in tokens]
+            new = sum(len(t) for t in tokens)
+            results[name] = tokens
+            rows.append({"setting": label, "implementation": name, "seconds": round(seconds, 3),
+                         "new_tokens": new, "new_tokens_per_s": round(new / seconds, 1)})
+        a, h = results.values()
+        same = sum(x == y for x, y in zip(a, h))
+        rows[-2]["same_tokens_as_generate"] = f"{same}/{len(a)}"
+        rows[-1]["same_tokens_as_generate"] = "-"
+    return {"benchmark": "seqgpt-generate", "env": environment(device), "weights": str(weights),
+            "dtype": args.dtype, "prompt_tokens": 256, "max_new_tokens": args.new_tokens, "rows": rows}
+
+
+BENCHMARKS["seqgpt-generate"] = seqgpt_generate
