@@ -21,4 +21,4 @@ def register_optimizations(register: Callable) -> None:
 
 @hookspec
 def register_exporters(register: Callable) -> None:
-    """Call ``register(name, suffix, write)`` for each export format; ``write(rows, path)`` writes the file."""
+    """Call ``register(exporter)`` for each export format (`storage.exporters.Exporter`: name, suffix, write)."""

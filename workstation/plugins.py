@@ -91,6 +91,11 @@ def optimizations() -> dict:
     return _collect(pm.hook.register_optimizations)
 
 
+def exporters() -> dict:
+    """name -> Exporter, in registration order."""
+    return _collect(pm.hook.register_exporters)
+
+
 def plugin_table() -> list[dict]:
     """Every loaded plugin: name, version, where it came from, its hooks (for the Plugins page)."""
     load_plugins()

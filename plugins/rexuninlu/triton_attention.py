@@ -26,7 +26,7 @@ except ImportError:                  # CPU-only installs: the kernel is simply n
 if triton is not None:
     @triton.jit
     def _disentangled_fwd(Q, K, V, C, P, POS, GRP, TYP, SEG, O,
-                          sq_b, sq_h, sq_l, sc_b, sc_h, sc_l, sp_b, so_b, so_h, so_l,
+                          sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l, sp_b, so_b, so_h, so_l,
                           H, scale, L: tl.constexpr,
                           SPAN: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           PRECISION: tl.constexpr):
@@ -47,8 +47,9 @@ if triton is not None:
         for start in range(0, L, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_ok = cols < L
-            k = tl.load(K + b * sq_b + h * sq_h + cols[:, None] * sq_l + dims[None, :], mask=col_ok[:, None], other=0.0)
-            v = tl.load(V + b * sq_b + h * sq_h + cols[:, None] * sq_l + dims[None, :], mask=col_ok[:, None], other=0.0)
+            kv = b * sk_b + h * sk_h + cols[:, None] * sk_l + dims[None, :]
+            k = tl.load(K + kv, mask=col_ok[:, None], other=0.0)
+            v = tl.load(V + kv, mask=col_ok[:, None], other=0.0)
             pos_k = tl.load(POS + b * sp_b + cols, mask=col_ok, other=0)
             grp_k = tl.load(GRP + b * sp_b + cols, mask=col_ok, other=-2)
             typ_k = tl.load(TYP + b * sp_b + cols, mask=col_ok, other=0)
@@ -57,7 +58,7 @@ if triton is not None:
             both = row_ok[:, None] & col_ok[None, :]
             c2p = tl.load(c_rows + idx, mask=both, other=0.0).to(tl.float32)
             p2c = tl.load(P + b * sc_b + h * sc_h + cols[None, :] * sc_l + idx, mask=both, other=0.0).to(tl.float32)
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) * scale + c2p + p2c
+            s = (tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) + c2p + p2c) * scale
             glob_q, glob_k = grp_q[:, None] == -1, grp_k[None, :] == -1
             same = (grp_q[:, None] == grp_k[None, :]) & (
                 (typ_q[:, None] == typ_k[None, :]) | (typ_q[:, None] == 0) | (typ_k[None, :] == 0))
@@ -80,19 +81,22 @@ def available() -> bool:
 
 
 def disentangled_attention(q, k, v, c2p_table, p2c_table, positions, groups, types, segments, scale: float,
-                           block_m: int = 64, block_n: int = 64):
-    """q,k,v [B,H,L,d]; tables [B,H,L,2S] (unscaled); positions/groups/types/segments [B,L] -> [B,H,L,d]."""
+                           block_m: int = 64, block_n: int = 32, num_warps: int = 4):
+    """q,k,v [B,H,L,d] (any strides, last dim contiguous); tables [B,H,L,2S] (unscaled);
+    positions/groups/types/segments [B,L] -> context [B,H,L,d], stored [B,L,H,d] underneath so the
+    caller's merge of heads is free."""
     B, H, L, D = q.shape
     span = c2p_table.shape[-1] // 2
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    c = (c2p_table * scale).contiguous()
-    p = (p2c_table * scale).contiguous()
+    assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and k.stride() == v.stride()
+    c, p = c2p_table.contiguous(), p2c_table.contiguous()
     meta = [t.to(torch.int32).contiguous() for t in (positions, groups, types, segments)]
-    out = torch.empty_like(q)
+    out = torch.empty(B, L, H, D, dtype=q.dtype, device=q.device).transpose(1, 2)
     grid = (triton.cdiv(L, block_m), B * H)
     _disentangled_fwd[grid](q, k, v, c, p, *meta, out,
-                            q.stride(0), q.stride(1), q.stride(2), c.stride(0), c.stride(1), c.stride(2),
+                            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                            c.stride(0), c.stride(1), c.stride(2),
                             meta[0].stride(0), out.stride(0), out.stride(1), out.stride(2),
                             H, scale, L=L, SPAN=span, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
-                            PRECISION="ieee" if q.dtype == torch.float32 else "tf32")   # fp32 stays real fp32
+                            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",   # fp32 stays real fp32
+                            num_warps=num_warps)
     return out

@@ -1,0 +1,339 @@
+"""Export formats, as a plugin: JSONL, CSV, Excel, Parquet, Label Studio predictions, doccano.
+
+Each format is an `Exporter` registered through the `register_exporters` hook, exactly as a third-party
+plugin would add one. `write(runs, path)` gets `RunDetail`s from the store and returns an `ExportReport`.
+
+Spreadsheet safety (CSV, Excel): a text cell that starts with = + - @, a tab or a carriage return could
+be run as a formula when the file is opened (CSV injection, OWASP), and the text comes from users'
+documents. Such cells get a leading apostrophe, which spreadsheets show as text; a program reading
+the CSV back should drop a leading apostrophe before those characters. Numbers stay numbers.
+
+Spans without an offset (a generated span not found in the text, a class label) cannot be placed in an
+annotation tool: Label Studio and doccano skip them, and any relation that needs them, and the report
+counts them. JSONL, CSV, Excel and Parquet keep them with empty start/end.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+from workstation.domain import Document, Result, Span
+from workstation.hookspecs import hookimpl
+from storage.views import RunDetail
+
+
+@dataclass
+class ExportReport:
+    documents: int = 0
+    spans: int = 0
+    relations: int = 0
+    skipped: int = 0             # ungrounded spans the format cannot place (relations needing them go too)
+    format: str = ""
+    path: Path | None = None
+
+    def message(self) -> str:
+        text = f"{self.documents} documents, {self.spans} spans"
+        if self.relations:
+            text += f", {self.relations} relations"
+        if self.skipped:
+            text += f"; {self.skipped} spans without a position in the text were skipped"
+        return text
+
+
+@dataclass(frozen=True)
+class Exporter:
+    name: str                                                  # the id the UI and CLI use: "csv", "label-studio"
+    suffix: str
+    write: Callable[[Sequence[RunDetail], Path], ExportReport]
+    title: str = ""
+    mime: str = "application/octet-stream"
+
+
+# ---- shared rows --------------------------------------------------------------------------------------
+
+SPAN_COLUMNS = ("run_id", "doc_id", "tuple_index", "element_index", "type", "span", "start", "end",
+                "confidence", "grounded")
+RUN_COLUMNS = ("id", "created_at", "source", "model", "task", "label", "note", "weights", "weights_checksum",
+               "demo", "device", "dtype", "attention", "optimizations", "batch_size", "options", "documents",
+               "wall_seconds", "docs_per_second", "tokens", "peak_memory_bytes")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def guard_formula(value: Any) -> Any:
+    """Text a spreadsheet could run as a formula gets a leading apostrophe (see the module docstring)."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _documents(runs: Sequence[RunDetail]) -> Iterator[tuple[RunDetail, int, Document, Result]]:
+    for run in runs:
+        for position, (document, result) in enumerate(run.items):
+            yield run, position, document, result
+
+
+def span_rows(runs: Sequence[RunDetail]) -> Iterator[dict[str, Any]]:
+    """One row per span (element of a tuple); ungrounded spans keep empty start/end."""
+    for run, _, document, result in _documents(runs):
+        for t, spans in enumerate(result.tuples):
+            for e, s in enumerate(spans):
+                start, end = s.offset if s.offset is not None else (None, None)
+                yield {"run_id": run.id, "doc_id": document.id, "tuple_index": t, "element_index": e,
+                       "type": s.type, "span": s.span, "start": start, "end": end, "confidence": s.confidence,
+                       "grounded": s.grounded}
+
+
+def run_row(run: RunDetail) -> dict[str, Any]:
+    s = run.summary
+    row = {c: getattr(s, c) for c in RUN_COLUMNS}
+    row["created_at"] = s.created_at.replace(tzinfo=None)   # Excel has no time zones; the header says UTC
+    row["optimizations"] = json.dumps(s.optimizations, ensure_ascii=False)
+    row["options"] = json.dumps(s.options, ensure_ascii=False)
+    return row
+
+
+# ---- JSONL: our own output format -----------------------------------------------------------------------
+
+def write_jsonl(runs: Sequence[RunDetail], path: Path) -> ExportReport:
+    report = ExportReport()
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for run, _, document, result in _documents(runs):
+            line: dict[str, Any] = {"run_id": run.id, "id": document.id, "text": document.text}
+            for key in ("schema", "task", "labels"):
+                if getattr(document, key) is not None:
+                    line[key] = getattr(document, key)
+            line.update({k: v for k, v in result.to_json().items() if k != "id"})
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+            report.documents += 1
+            report.spans += sum(len(t) for t in result.tuples)
+    return report
+
+
+# ---- CSV ------------------------------------------------------------------------------------------------
+
+def write_csv(runs: Sequence[RunDetail], path: Path) -> ExportReport:
+    report = ExportReport(documents=sum(len(r.items) for r in runs))
+    # utf-8-sig: the byte-order mark is how Excel knows the file is UTF-8 (Chinese would be garbled without it).
+    with open(path, "w", encoding="utf-8-sig", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=SPAN_COLUMNS)
+        writer.writeheader()
+        for row in span_rows(runs):
+            writer.writerow({k: guard_formula(v) for k, v in row.items()})
+            report.spans += 1
+    return report
+
+
+# ---- Excel ----------------------------------------------------------------------------------------------
+
+EXCEL_CELL_LIMIT = 32_767                      # characters (UTF-16 code units) per cell
+EXCEL_ROW_LIMIT = 1_048_576
+TRUNCATED = "…[truncated]"
+
+
+def excel_text(value: Any) -> Any:
+    """A value Excel can hold: no control characters (invalid in the file format), no formula, within the cell limit."""
+    if not isinstance(value, str):
+        return value
+    from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
+    value = guard_formula(ILLEGAL_CHARACTERS_RE.sub("", value))
+    if len(value.encode("utf-16-le")) // 2 <= EXCEL_CELL_LIMIT:
+        return value
+    keep, units, cut = EXCEL_CELL_LIMIT - len(TRUNCATED), 0, 0
+    for cut, ch in enumerate(value):                 # count UTF-16 units: an emoji takes two
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > keep:
+            break
+    return value[:cut] + TRUNCATED
+
+
+def write_excel(runs: Sequence[RunDetail], path: Path) -> ExportReport:
+    from openpyxl import Workbook
+
+    rows = list(span_rows(runs))
+    documents = sum(len(r.items) for r in runs)
+    if max(len(rows), documents) >= EXCEL_ROW_LIMIT:
+        raise ValueError(f"{len(rows)} spans do not fit in an Excel sheet (at most {EXCEL_ROW_LIMIT - 1:,} rows); "
+                         "export CSV or Parquet instead")
+    book = Workbook(write_only=True)
+    sheets = {
+        "Runs": ([c if c != "created_at" else "created_at (UTC)" for c in RUN_COLUMNS],
+                 ([run_row(r)[c] for c in RUN_COLUMNS] for r in runs)),
+        "Documents": (["run_id", "position", "doc_id", "text"],
+                      ([run.id, position, d.id, d.text] for run, position, d, _ in _documents(runs))),
+        "Spans": (list(SPAN_COLUMNS), ([row[c] for c in SPAN_COLUMNS] for row in rows)),
+    }
+    for title, (header, values) in sheets.items():
+        sheet = book.create_sheet(title)
+        sheet.append(header)
+        for row in values:
+            sheet.append([excel_text(v) for v in row])
+    book.save(path)
+    return ExportReport(documents=documents, spans=len(rows))
+
+
+# ---- Parquet --------------------------------------------------------------------------------------------
+
+def write_parquet(runs: Sequence[RunDetail], path: Path) -> ExportReport:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("run_id", pa.int64()), ("doc_id", pa.string()), ("tuple_index", pa.int32()),
+                        ("element_index", pa.int32()), ("type", pa.string()), ("span", pa.string()),
+                        ("start", pa.int64()), ("end", pa.int64()), ("confidence", pa.float64()),
+                        ("grounded", pa.bool_())])
+    rows = list(span_rows(runs))
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
+    return ExportReport(documents=sum(len(r.items) for r in runs), spans=len(rows))
+
+
+# ---- annotation tools: Label Studio, doccano --------------------------------------------------------------
+
+@dataclass
+class _Placed:
+    """A document's spans as an annotation tool sees them: regions (deduplicated) and relations between them."""
+    regions: list[tuple[str, int, int, Span]]          # (type, start, end, first span seen)
+    relations: list[tuple[int, int, str]]              # (head region, tail region, label)
+    skipped: int
+
+
+def _place(result: Result) -> _Placed:
+    # A tuple of 2+ spans becomes relations from its first element (the subject, the event trigger) to each
+    # other element, labelled with that element's type (the relation or the argument role).
+    index: dict[tuple[str, int, int], int] = {}
+    placed = _Placed([], [], 0)
+    for spans in result.tuples:
+        ids: list[int | None] = []
+        for s in spans:
+            if s.offset is None:
+                placed.skipped += 1
+                ids.append(None)
+                continue
+            key = (s.type, s.offset[0], s.offset[1])
+            if key not in index:
+                index[key] = len(placed.regions)
+                placed.regions.append((*key, s))
+            ids.append(index[key])
+        for s, tail in zip(spans[1:], ids[1:]):
+            if ids[0] is not None and tail is not None and (ids[0], tail, s.type) not in placed.relations:
+                placed.relations.append((ids[0], tail, s.type))
+    return placed
+
+
+def write_label_studio(runs: Sequence[RunDetail], path: Path) -> ExportReport:
+    report, tasks = ExportReport(), []
+    for run, _, document, result in _documents(runs):
+        placed = _place(result)
+        items: list[dict[str, Any]] = []
+        for i, (label, start, end, span) in enumerate(placed.regions):
+            item = {"id": f"r{i}", "from_name": "label", "to_name": "text", "type": "labels",
+                    "value": {"start": start, "end": end, "text": document.text[start:end], "labels": [label]}}
+            if span.confidence is not None:
+                item["score"] = span.confidence
+            items.append(item)
+        items += [{"type": "relation", "from_id": f"r{head}", "to_id": f"r{tail}", "direction": "right",
+                   "labels": [label]} for head, tail, label in placed.relations]
+        tasks.append({"data": {"text": document.text, "doc_id": document.id, "run_id": run.id},
+                      "predictions": [{"model_version": f"{run.summary.model} run {run.id}", "result": items}]})
+        report.documents += 1
+        report.spans += len(placed.regions)
+        report.relations += len(placed.relations)
+        report.skipped += placed.skipped
+    path.write_text(json.dumps(tasks, ensure_ascii=False, indent=1), encoding="utf-8")
+    return report
+
+
+def label_studio_config(runs: Sequence[RunDetail]) -> str:
+    """The labeling config that matches `write_label_studio` output (paste it into the Label Studio project)."""
+    labels, relation_labels = set(), set()
+    for *_, result in _documents(runs):
+        placed = _place(result)
+        labels.update(label for label, *_ in placed.regions)
+        relation_labels.update(label for *_, label in placed.relations)
+    lines = ["<View>", '  <Labels name="label" toName="text">']
+    lines += [f"    <Label value={quoteattr(v)}/>" for v in sorted(labels)]
+    lines += ["  </Labels>", '  <Relations>']
+    lines += [f"    <Relation value={quoteattr(v)}/>" for v in sorted(relation_labels)]
+    lines += ["  </Relations>", '  <Text name="text" value="$text"/>', "</View>"]
+    return "\n".join(lines)
+
+
+def write_doccano(runs: Sequence[RunDetail], path: Path) -> ExportReport:
+    # The relation-project shape (what PaddleNLP's doccano.py reads); ids are unique across the file.
+    report, next_entity, next_relation = ExportReport(), 1, 1
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for run, _, document, result in _documents(runs):
+            placed = _place(result)
+            ids = list(range(next_entity, next_entity + len(placed.regions)))
+            next_entity += len(ids)
+            entities = [{"id": ids[i], "label": label, "start_offset": start, "end_offset": end}
+                        for i, (label, start, end, _) in enumerate(placed.regions)]
+            relations = [{"id": next_relation + k, "from_id": ids[head], "to_id": ids[tail], "type": label}
+                         for k, (head, tail, label) in enumerate(placed.relations)]
+            next_relation += len(relations)
+            line = {"text": document.text, "entities": entities, "relations": relations,
+                    "doc_id": document.id, "run_id": run.id}
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+            report.documents += 1
+            report.spans += len(entities)
+            report.relations += len(relations)
+            report.skipped += placed.skipped
+    return report
+
+
+# ---- the plugin and the helpers the UI and CLI call -------------------------------------------------------
+
+@hookimpl
+def register_exporters(register):
+    register(Exporter("jsonl", ".jsonl", write_jsonl, "JSONL (id, text, output, raw)", "application/x-ndjson"))
+    register(Exporter("csv", ".csv", write_csv, "CSV, one row per span", "text/csv"))
+    register(Exporter("excel", ".xlsx", write_excel, "Excel (Runs, Documents, Spans)",
+                      "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"))
+    register(Exporter("parquet", ".parquet", write_parquet, "Parquet, one row per span",
+                      "application/vnd.apache.parquet"))
+    register(Exporter("label-studio", ".json", write_label_studio, "Label Studio predictions (JSON)",
+                      "application/json"))
+    register(Exporter("doccano", ".jsonl", write_doccano, "doccano relation project (JSONL)",
+                      "application/x-ndjson"))
+
+
+def exporters() -> dict[str, Exporter]:
+    """name -> Exporter from every plugin, in registration order."""
+    from workstation import plugins
+    return plugins.exporters()
+
+
+def export_runs(store, run_ids: Sequence[int], fmt: str, path: str | Path) -> ExportReport:
+    """Write the runs in one format. The file appears complete or not at all (temp file, then rename)."""
+    available = exporters()
+    if fmt not in available:
+        raise ValueError(f"unknown export format {fmt!r}; available: {', '.join(available)}")
+    runs = [store.get_run(run_id) for run_id in run_ids]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".part", dir=path.parent)
+    os.close(fd)
+    try:
+        report = available[fmt].write(runs, Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    report.format, report.path = fmt, path
+    return report
+
+
+def export_bytes(store, run_ids: Sequence[int], fmt: str) -> tuple[bytes, str, ExportReport]:
+    """(file bytes, suggested file name, report): what a download button needs."""
+    exporter = exporters().get(fmt)
+    suffix = exporter.suffix if exporter else ""
+    name = f"runs-{'-'.join(str(i) for i in run_ids[:5])}{'-etc' if len(run_ids) > 5 else ''}{suffix}"
+    with tempfile.TemporaryDirectory() as folder:
+        report = export_runs(store, run_ids, fmt, Path(folder) / name)
+        return (Path(folder) / name).read_bytes(), name, report
