@@ -1,0 +1,234 @@
+"""The batch-job queue in the database: jobs, their documents (job items), claims and progress.
+
+A job survives a kill because each document is a row whose status is its claim: pending -> claimed (a
+worker took it) -> done (committed together with its result). A worker commits each slice in one
+transaction, so a kill loses at most the slices it had claimed and not committed. Taking over a dead
+worker's job puts its claims back to pending, and `complete_items` never touches a done item, so in the
+end every document has exactly one result even if two workers once raced on a slice.
+
+Mixed into `storage.repository.Store`, which provides the `_read` / `_write` sessions.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+
+from sqlalchemy import func, insert, select, update
+
+from storage.models import JobItemRecord, JobRecord, utcnow
+from storage.records import document_from_json, document_to_json, job_status, run_record
+from storage.views import UNFINISHED, JobStatus, NotFound
+from workstation.domain import Document, Result
+
+OwnerIsDead = Callable[[str | None, datetime | None], bool]
+
+
+class JobQueue:
+    # ---- the person's side: create, watch, cancel -----------------------------------------------------
+
+    def create_job(self, documents: Sequence[Document], model: str, weights: str, batch_size: int,
+                   optimizations: Sequence[str], options: dict, source_name: str, *, device: str = "auto",
+                   dtype: str = "fp32", task: str | None = None, settings_snapshot: dict | None = None) -> int:
+        """Queue documents for a background run. The documents are copied into the job (the input snapshot)."""
+        if not documents:
+            raise ValueError("a batch job needs at least one document")
+        now = utcnow()
+        with self._write() as s:
+            job = JobRecord(created_at=now, updated_at=now, source_name=source_name, model=model, weights=str(weights),
+                            device=device, dtype=dtype, task=task, batch_size=int(batch_size),
+                            optimizations=list(optimizations), options=dict(options), settings=settings_snapshot,
+                            status="queued", total=len(documents), done=0, wall_seconds=0.0, tokens=0)
+            s.add(job)
+            s.flush()
+            s.execute(insert(JobItemRecord), [
+                {"job_id": job.id, "position": i, "doc": document_to_json(d), "status": "pending"}
+                for i, d in enumerate(documents)])
+            return job.id
+
+    def list_jobs(self, limit: int = 50) -> list[JobStatus]:
+        with self._read() as s:
+            return [job_status(j) for j in s.scalars(select(JobRecord).order_by(JobRecord.id.desc()).limit(limit))]
+
+    def get_job(self, job_id: int) -> JobStatus:
+        with self._read() as s:
+            return job_status(_job(s, job_id))
+
+    def job_state(self, job_id: int) -> str:
+        """Just the status: what a worker checks between slices."""
+        with self._read() as s:
+            return _job(s, job_id).status
+
+    def unfinished_jobs(self) -> list[JobStatus]:
+        """Queued or running jobs, oldest first (what `JobRunner.resume_unfinished` looks at)."""
+        with self._read() as s:
+            query = select(JobRecord).where(JobRecord.status.in_(UNFINISHED)).order_by(JobRecord.id)
+            return [job_status(j) for j in s.scalars(query)]
+
+    def cancel_job(self, job_id: int) -> bool:
+        """Stop a queued or running job; its worker stops after the slice in hand. False if already finished."""
+        now = utcnow()
+        with self._write() as s:
+            query = (update(JobRecord).where(JobRecord.id == job_id, JobRecord.status.in_(UNFINISHED))
+                     .values(status="cancelled", updated_at=now, finished_at=now))
+            return s.execute(query).rowcount > 0
+
+    def requeue_job(self, job_id: int) -> bool:
+        """Put a cancelled or failed job back in the queue; the documents already done stay done."""
+        with self._write() as s:
+            job = _job(s, job_id)
+            if job.status not in ("cancelled", "failed"):
+                return False
+            _release(s, job_id)
+            job.status, job.error, job.owner, job.finished_at, job.updated_at = "queued", None, None, None, utcnow()
+            return True
+
+    def delete_job(self, job_id: int) -> bool:
+        """Delete a job and its items (a Run it recorded stays in the history)."""
+        with self._write() as s:
+            job = s.get(JobRecord, job_id)
+            if job is None:
+                return False
+            if job.status == "running":
+                raise ValueError(f"job {job_id} is running; cancel it first")
+            s.delete(job)
+            return True
+
+    def job_items_pending(self, job_id: int, limit: int | None = None) -> list[tuple[int, Document]]:
+        """(position, document) of items nobody has claimed yet, in input order."""
+        query = (select(JobItemRecord).where(JobItemRecord.job_id == job_id, JobItemRecord.status == "pending")
+                 .order_by(JobItemRecord.position).limit(limit))
+        with self._read() as s:
+            return [(it.position, document_from_json(it.doc)) for it in s.scalars(query)]
+
+    def job_results(self, job_id: int) -> list[tuple[Document, Result | None]]:
+        """Every document of the job in input order, with its result if done (partial results of a cancelled job)."""
+        query = select(JobItemRecord).where(JobItemRecord.job_id == job_id).order_by(JobItemRecord.position)
+        with self._read() as s:
+            return [(document_from_json(it.doc), Result.from_json(it.result) if it.status == "done" else None)
+                    for it in s.scalars(query)]
+
+    # ---- the worker's side: take, claim, complete, finish ------------------------------------------------
+
+    def take_job(self, job_id: int, owner: str, owner_is_dead: OwnerIsDead) -> bool:
+        """Become the job's one runner: a queued job, our own, or one whose runner died. Claims of the
+        previous runner go back to pending, to be redone."""
+        now = utcnow()
+        with self._write() as s:
+            job = _job(s, job_id)
+            takeable = job.status == "queued" or (
+                job.status == "running" and (job.owner == owner or owner_is_dead(job.owner, job.heartbeat_at)))
+            if not takeable:
+                return False
+            _release(s, job_id)
+            job.status, job.owner, job.heartbeat_at, job.updated_at = "running", owner, now, now
+            job.started_at = job.started_at or now
+            return True
+
+    def heartbeat(self, job_id: int, owner: str) -> bool:
+        """Say the runner is alive. False when the job is no longer ours to run (cancelled, taken over)."""
+        now = utcnow()
+        with self._write() as s:
+            query = (update(JobRecord).where(JobRecord.id == job_id, JobRecord.owner == owner,
+                                             JobRecord.status == "running").values(heartbeat_at=now))
+            return s.execute(query).rowcount > 0
+
+    def claim_items(self, job_id: int, claimer: str, limit: int,
+                    owner: str | None = None) -> list[tuple[int, Document]]:
+        """Atomically take the next `limit` pending items (the write lock serialises claimers). Returns nothing
+        once the job is not running (or, given `owner`, no longer run by that runner): that is how a cancel
+        reaches every worker, in this process or another."""
+        now = utcnow()
+        with self._write() as s:
+            job = _job(s, job_id)
+            if job.status != "running" or (owner is not None and job.owner != owner):
+                return []
+            query = (select(JobItemRecord).where(JobItemRecord.job_id == job_id, JobItemRecord.status == "pending")
+                     .order_by(JobItemRecord.position).limit(limit))
+            items = list(s.scalars(query))
+            for it in items:
+                it.status, it.claimed_by, it.claimed_at = "claimed", claimer, now
+            return [(it.position, document_from_json(it.doc)) for it in items]
+
+    def release_items(self, job_id: int) -> int:
+        """Claimed items back to pending (a runner stopping with work in hand)."""
+        with self._write() as s:
+            return _release(s, job_id)
+
+    def complete_items(self, job_id: int, completed: Iterable[tuple[int, Result]], *, seconds: float = 0.0,
+                       tokens: int = 0, peak_memory_bytes: int | None = None,
+                       docs_per_second: float | None = None) -> int:
+        """Commit a slice's results and the job's progress in one transaction. Idempotent on position: an
+        item already done keeps its first result. Returns how many items became done."""
+        by_position = dict(completed)
+        now = utcnow()
+        with self._write() as s:
+            job = _job(s, job_id)
+            query = select(JobItemRecord).where(JobItemRecord.job_id == job_id, JobItemRecord.status != "done",
+                                                JobItemRecord.position.in_(list(by_position)))
+            items = list(s.scalars(query))
+            for it in items:
+                it.status, it.result, it.claimed_by = "done", by_position[it.position].to_json(), None
+            s.flush()
+            job.done = s.scalar(select(func.count(JobItemRecord.id)).where(
+                JobItemRecord.job_id == job_id, JobItemRecord.status == "done"))
+            job.wall_seconds += seconds
+            job.tokens += tokens
+            if peak_memory_bytes is not None:
+                job.peak_memory_bytes = max(job.peak_memory_bytes or 0, peak_memory_bytes)
+            if docs_per_second is not None:
+                job.docs_per_second = docs_per_second
+            job.heartbeat_at = job.updated_at = now
+            return len(items)
+
+    def fail_job(self, job_id: int, error: str, owner: str | None = None) -> bool:
+        """Mark the job failed with a message a person can act on; its claims go back to pending."""
+        now = utcnow()
+        with self._write() as s:
+            job = _job(s, job_id)
+            if owner is not None and job.owner != owner:
+                return False
+            _release(s, job_id)
+            job.status, job.error, job.finished_at, job.updated_at = "failed", error, now, now
+            return True
+
+    def finish_job(self, job_id: int, owner: str, *, demo: bool, device: str, dtype: str, attention: str,
+                   optimizations: dict[str, str]) -> int | None:
+        """Record the job's Run (source 'batch') with every result in input order and mark the job done, in
+        one transaction. Returns the run id; None if the job is not ours or not complete."""
+        from workstation.engine import RunReport          # the engine imports torch; only the worker needs this
+
+        with self._write() as s:
+            job = _job(s, job_id)
+            if job.run_id is not None:
+                return job.run_id
+            if job.status != "running" or job.owner != owner:
+                return None
+            items = list(s.scalars(select(JobItemRecord).where(JobItemRecord.job_id == job_id)
+                                   .order_by(JobItemRecord.position)))
+            if any(it.status != "done" for it in items):
+                return None
+            report = RunReport(job.model, job.weights, demo, device, dtype, attention, dict(optimizations),
+                               job.batch_size, dict(job.options), (job.started_at or utcnow()).isoformat(),
+                               documents=len(items), wall_seconds=job.wall_seconds, tokens=job.tokens,
+                               peak_memory_bytes=job.peak_memory_bytes,
+                               results=[Result.from_json(it.result) for it in items])
+            run = run_record(report, [document_from_json(it.doc) for it in items], "batch", job.task, job.settings,
+                             label=job.source_name)
+            s.add(run)
+            s.flush()
+            now = utcnow()
+            job.run_id, job.status, job.finished_at, job.updated_at = run.id, "done", now, now
+            return run.id
+
+
+def _job(s, job_id: int) -> JobRecord:
+    job = s.get(JobRecord, job_id)
+    if job is None:
+        raise NotFound(f"job {job_id} is not in the database (deleted?)")
+    return job
+
+
+def _release(s, job_id: int) -> int:
+    query = (update(JobItemRecord).where(JobItemRecord.job_id == job_id, JobItemRecord.status == "claimed")
+             .values(status="pending", claimed_by=None, claimed_at=None))
+    return s.execute(query).rowcount

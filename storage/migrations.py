@@ -1,0 +1,205 @@
+"""Schema migrations: an ordered list of idempotent functions and a `_migrations` table (the `llm` idiom).
+
+Each migration is plain SQL frozen at the time it was written, so a database made by any earlier
+version upgrades the same way; `storage.models` describes the head. Append new migrations at the
+end; never edit or reorder old ones. JSON columns are declared TEXT: SQLite's "JSON" type name would
+get NUMERIC affinity, which turns a JSON document like `5` into an integer.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Callable
+
+from sqlalchemy import Connection, Engine, text
+
+from storage.database import WRITE
+
+Migration = Callable[[Connection], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+def _run(conn: Connection, script: str) -> None:
+    # Statements are separated by a blank line: trigger bodies contain semicolons of their own.
+    for statement in script.split("\n\n"):
+        if statement.strip():
+            conn.exec_driver_sql(statement)
+
+
+@migration
+def m001_initial(conn: Connection) -> None:
+    _run(conn, """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('ui', 'batch', 'cli')),
+    model TEXT NOT NULL,
+    task TEXT,
+    weights TEXT NOT NULL,
+    weights_checksum TEXT,
+    demo INTEGER NOT NULL,
+    device TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    attention TEXT NOT NULL,
+    optimizations TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    options TEXT NOT NULL,
+    settings TEXT,
+    documents INTEGER NOT NULL,
+    wall_seconds REAL NOT NULL,
+    docs_per_second REAL,
+    tokens INTEGER NOT NULL,
+    peak_memory_bytes INTEGER,
+    label TEXT,
+    note TEXT
+)
+
+CREATE INDEX IF NOT EXISTS ix_runs_created_at ON runs (created_at)
+
+CREATE TABLE IF NOT EXISTS documents (
+    id INTEGER PRIMARY KEY,
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    doc_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    schema TEXT,
+    task TEXT,
+    labels TEXT,
+    UNIQUE (run_id, position)
+)
+
+CREATE TABLE IF NOT EXISTS results (
+    id INTEGER PRIMARY KEY,
+    document_id INTEGER NOT NULL UNIQUE REFERENCES documents (id) ON DELETE CASCADE,
+    output TEXT NOT NULL,
+    raw TEXT,
+    warnings TEXT NOT NULL
+)
+
+CREATE TABLE IF NOT EXISTS jobs (
+    id INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    source_name TEXT NOT NULL,
+    model TEXT NOT NULL,
+    weights TEXT NOT NULL,
+    device TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    task TEXT,
+    batch_size INTEGER NOT NULL,
+    optimizations TEXT NOT NULL,
+    options TEXT NOT NULL,
+    settings TEXT,
+    status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'cancelled', 'done', 'failed')),
+    total INTEGER NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0,
+    docs_per_second REAL,
+    wall_seconds REAL NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    peak_memory_bytes INTEGER,
+    error TEXT,
+    owner TEXT,
+    heartbeat_at TEXT,
+    started_at TEXT,
+    finished_at TEXT,
+    run_id INTEGER REFERENCES runs (id) ON DELETE SET NULL
+)
+
+CREATE TABLE IF NOT EXISTS job_items (
+    id INTEGER PRIMARY KEY,
+    job_id INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    position INTEGER NOT NULL,
+    doc TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'claimed', 'done')),
+    claimed_by TEXT,
+    claimed_at TEXT,
+    result TEXT,
+    UNIQUE (job_id, position)
+)
+
+CREATE INDEX IF NOT EXISTS ix_job_items_status ON job_items (job_id, status, position)
+""")
+
+
+# The search box looks for a word in document text, schema/labels and extracted spans. Chinese has
+# no spaces, so a word tokenizer would index a whole sentence as one token; the trigram tokenizer
+# matches any substring of 3+ characters from the index (shorter ones scan the index table with
+# LIKE, still correct). Triggers keep it in step with documents and results written by any process.
+_BODY = ("d.text || char(10) || coalesce(d.schema, '') || char(10) || coalesce(d.task, '') || char(10) "
+         "|| coalesce(d.labels, '')")
+_SPANS = ("coalesce((SELECT group_concat(value, ' ') FROM json_tree(r.output) WHERE key = 'span'), '')")
+
+
+@migration
+def m002_document_search(conn: Connection) -> None:
+    _run(conn, f"""
+CREATE VIRTUAL TABLE IF NOT EXISTS document_search USING fts5(body, tokenize = 'trigram')
+
+CREATE TRIGGER IF NOT EXISTS documents_search_insert AFTER INSERT ON documents BEGIN
+    INSERT INTO document_search (rowid, body) SELECT d.id, {_BODY} FROM documents d WHERE d.id = new.id;
+END
+
+CREATE TRIGGER IF NOT EXISTS documents_search_delete AFTER DELETE ON documents BEGIN
+    DELETE FROM document_search WHERE rowid = old.id;
+END
+
+CREATE TRIGGER IF NOT EXISTS results_search_insert AFTER INSERT ON results BEGIN
+    DELETE FROM document_search WHERE rowid = new.document_id;
+    INSERT INTO document_search (rowid, body)
+        SELECT d.id, {_BODY} || char(10) || {_SPANS} FROM documents d JOIN results r ON r.document_id = d.id
+        WHERE d.id = new.document_id;
+END
+
+INSERT INTO document_search (rowid, body)
+    SELECT d.id, {_BODY} || char(10) || {_SPANS} FROM documents d LEFT JOIN results r ON r.document_id = d.id
+    WHERE d.id NOT IN (SELECT rowid FROM document_search)
+""")
+
+
+class SchemaTooNew(RuntimeError):
+    pass
+
+
+def _ensure_table(conn: Connection) -> None:
+    conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+
+
+def applied(engine: Engine) -> list[str]:
+    with engine.begin() as conn:
+        _ensure_table(conn)
+        return [r[0] for r in conn.exec_driver_sql("SELECT name FROM _migrations ORDER BY rowid")]
+
+
+def migrate(engine: Engine, upto: str | None = None) -> list[str]:
+    """Apply pending migrations (up to and including `upto`) in one write transaction; return their names.
+
+    The write lock makes a second process opening the store at the same time wait, then find nothing to do.
+    """
+    known = [m.__name__ for m in MIGRATIONS]
+    if upto is not None and upto not in known:
+        raise ValueError(f"unknown migration {upto!r}")
+    ran: list[str] = []
+    with engine.execution_options(**WRITE).begin() as conn:
+        _ensure_table(conn)
+        done = {r[0] for r in conn.exec_driver_sql("SELECT name FROM _migrations")}
+        newer = done - set(known)
+        if newer:
+            raise SchemaTooNew(f"the database has migrations this version does not know ({', '.join(sorted(newer))}); "
+                               "it was written by a newer IE Workstation — upgrade, or point [storage] database "
+                               "in settings.toml at another file")
+        for fn in MIGRATIONS:
+            if fn.__name__ not in done:
+                fn(conn)
+                conn.execute(text("INSERT INTO _migrations (name, applied_at) VALUES (:n, :t)"),
+                             {"n": fn.__name__, "t": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+                ran.append(fn.__name__)
+            if fn.__name__ == upto:
+                break
+    return ran
+
+
+HEAD = MIGRATIONS[-1].__name__

@@ -1,0 +1,113 @@
+"""Between the domain (Document, Result, RunReport) and the table rows, both ways."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from hashlib import sha256
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from storage.models import DocumentRecord, JobRecord, ResultRecord, RunRecord, utcnow
+from storage.views import JobStatus, RunSummary
+from workstation.domain import Document, Result
+
+if TYPE_CHECKING:
+    from workstation.engine import RunReport
+
+SOURCES = ("ui", "batch", "cli")
+WEIGHT_SUFFIXES = {".bin", ".safetensors", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf"}
+_HASHED_BYTES_LIMIT = 8 << 20
+
+
+def weights_checksum(weights: str | Path) -> str | None:
+    """Identify the checkpoint a run used, fast enough to compute on every run.
+
+    Hashing a gigabyte of weights would add seconds to each run, so weight files contribute their
+    name, size and mtime, while config and vocabulary files (small, and what tells look-alike
+    checkpoints apart) contribute their bytes. A replaced checkpoint never keeps the old checksum;
+    a mere copy gets a new one (new mtime), which errs on the side of "maybe different".
+    """
+    path = Path(weights)
+    if not str(weights) or not path.exists():
+        return None
+    files = sorted(f for f in path.iterdir() if f.is_file()) if path.is_dir() else [path]
+    digest = sha256()
+    for f in files:
+        stat = f.stat()
+        digest.update(f.name.encode() + b"\0")
+        if f.suffix in WEIGHT_SUFFIXES or stat.st_size > _HASHED_BYTES_LIMIT:
+            digest.update(f"{stat.st_size}:{stat.st_mtime_ns}".encode())
+        else:
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def run_record(report: RunReport, documents: Sequence[Document], source: str, task: str | None,
+               settings: dict | None, label: str | None = None, note: str | None = None) -> RunRecord:
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+    results = report.results
+    if len(results) != len(documents):
+        raise ValueError(f"the report has {len(results)} results for {len(documents)} documents; "
+                         "run the engine with keep_results=True to record a run")
+    for doc, result in zip(documents, results):
+        if str(result.document_id) != str(doc.id):
+            raise ValueError(f"the result for {result.document_id!r} is paired with document {doc.id!r}: "
+                             "results must be in document order")
+    wall = float(report.wall_seconds)
+    run = RunRecord(
+        created_at=_parse_time(report.started_at), source=source, model=report.model, task=task,
+        weights=str(report.weights), weights_checksum=weights_checksum(report.weights), demo=bool(report.demo),
+        device=report.device, dtype=report.dtype, attention=report.attention,
+        optimizations=dict(report.optimizations), batch_size=int(report.batch_size), options=dict(report.options),
+        settings=settings, documents_count=len(documents), wall_seconds=wall,
+        docs_per_second=len(documents) / wall if wall > 0 else None, tokens=int(report.tokens),
+        peak_memory_bytes=report.peak_memory_bytes, label=label, note=note)
+    for position, (doc, result) in enumerate(zip(documents, results)):
+        record = DocumentRecord(position=position, doc_id=str(doc.id), text=doc.text, schema=doc.schema,
+                                task=doc.task, labels=doc.labels)
+        record.result = ResultRecord(output=result.to_json()["output"], raw=result.raw, warnings=list(result.warnings))
+        run.documents.append(record)
+    return run
+
+
+def _parse_time(value: str | datetime | None) -> datetime:
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(value) if value else utcnow()
+    except ValueError:
+        return utcnow()
+
+
+def run_summary(r: RunRecord) -> RunSummary:
+    return RunSummary(r.id, r.created_at, r.source, r.model, r.task, r.weights, r.weights_checksum, r.demo, r.device,
+                      r.dtype, r.attention, dict(r.optimizations or {}), r.batch_size, dict(r.options or {}),
+                      r.documents_count, r.wall_seconds, r.docs_per_second, r.tokens, r.peak_memory_bytes,
+                      r.label, r.note)
+
+
+def stored_document(d: DocumentRecord) -> Document:
+    return Document(d.doc_id, d.text, d.schema, d.task, d.labels)
+
+
+def stored_result(d: DocumentRecord) -> Result:
+    r = d.result
+    if r is None:                     # only a writer bypassing the store could leave a document without one
+        return Result(d.doc_id, warnings=["no result was stored for this document"])
+    return Result.from_json({"id": d.doc_id, "output": r.output, "raw": r.raw, "warnings": r.warnings})
+
+
+def document_to_json(d: Document) -> dict[str, Any]:
+    return {"id": str(d.id), "text": d.text, "schema": d.schema, "task": d.task, "labels": d.labels, "line": d.line}
+
+
+def document_from_json(j: dict[str, Any]) -> Document:
+    return Document(str(j["id"]), j["text"], j.get("schema"), j.get("task"), j.get("labels"), j.get("line"))
+
+
+def job_status(j: JobRecord) -> JobStatus:
+    return JobStatus(j.id, j.status, j.source_name, j.model, j.weights, j.device, j.dtype, j.task, j.batch_size,
+                     list(j.optimizations or []), dict(j.options or {}), j.total, j.done, j.docs_per_second,
+                     j.wall_seconds, j.error, j.owner, j.created_at, j.updated_at, j.started_at, j.heartbeat_at,
+                     j.finished_at, j.run_id)

@@ -1,0 +1,190 @@
+"""The store: what the UI, the CLI and the batch worker ask of the run history and the job queue.
+
+Every method opens and closes its own session and returns plain dataclasses (`storage.views`), so a
+Streamlit rerun or a worker thread never holds a session or an ORM object. Every query is a SQLAlchemy
+expression with bound parameters. The job methods live in `storage.jobs_queue`.
+
+The CLI records a run with ``open_store(path).record_run(report, documents, "cli", task)`` — or
+`record_cli_run`, which also closes the store.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from sqlalchemy import column, delete, func, or_, select, table
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from storage import migrations
+from storage.database import WRITE, create_sqlite_engine
+from storage.jobs_queue import JobQueue
+from storage.models import DocumentRecord, RunRecord
+from storage.records import SOURCES, run_record, run_summary, stored_document, stored_result, weights_checksum
+from storage.views import (DocumentComparison, JobStatus, NotFound, RunComparison, RunDetail, RunSummary,
+                           SpanKey, span_key)
+from workstation.domain import Document, Result
+
+if TYPE_CHECKING:
+    from workstation.engine import RunReport
+
+__all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "RunComparison",
+           "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "SOURCES", "weights_checksum"]
+
+
+class Store(JobQueue):
+    def __init__(self, path: str | Path, migrate: bool = True):
+        self.path = Path(path)
+        self.engine = create_sqlite_engine(self.path)
+        if migrate:
+            migrations.migrate(self.engine)
+        self._reader = sessionmaker(self.engine, expire_on_commit=False)
+        self._writer = sessionmaker(self.engine.execution_options(**WRITE), expire_on_commit=False)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        with self._reader() as session:
+            yield session
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._writer.begin() as session:
+            yield session
+
+    def pragmas(self) -> dict[str, Any]:
+        """The connection settings in force (for tests and a diagnostics panel)."""
+        with self.engine.connect() as conn:
+            return {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+                    for name in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")}
+
+    def schema_version(self) -> list[str]:
+        return migrations.applied(self.engine)
+
+    def record_run(self, report: RunReport, documents: list[Document], source: str, task: str | None = None,
+                   settings_snapshot: dict | None = None, label: str | None = None, note: str | None = None) -> int:
+        """Store a finished run: its settings and measurements, every document and its result, in one transaction."""
+        with self._write() as s:
+            run = run_record(report, documents, source, task, settings_snapshot, label, note)
+            s.add(run)
+            s.flush()
+            return run.id
+
+    def search_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,
+                    since: datetime | None = None, until: datetime | None = None, limit: int = 100,
+                    offset: int = 0, source: str | None = None) -> list[RunSummary]:
+        """Newest first. `text`: every whitespace-separated term must occur in one of the run's documents
+        (text, schema, labels or an extracted span), or in the run's label or note."""
+        query = (select(RunRecord).where(*_run_filters(text, model, task, since, until, source))
+                 .order_by(RunRecord.created_at.desc(), RunRecord.id.desc()).limit(limit).offset(offset))
+        with self._read() as s:
+            return [run_summary(r) for r in s.scalars(query)]
+
+    def count_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,
+                   since: datetime | None = None, until: datetime | None = None, source: str | None = None) -> int:
+        query = select(func.count(RunRecord.id)).where(*_run_filters(text, model, task, since, until, source))
+        with self._read() as s:
+            return s.scalar(query) or 0
+
+    def run_filters(self) -> dict[str, list[str]]:
+        """Distinct models, tasks and sources, for the history page's filter boxes."""
+        with self._read() as s:
+            return {name: [v for v in s.scalars(select(col).distinct().order_by(col)) if v is not None]
+                    for name, col in (("model", RunRecord.model), ("task", RunRecord.task),
+                                      ("source", RunRecord.source))}
+
+    def get_run(self, run_id: int) -> RunDetail:
+        query = (select(RunRecord).where(RunRecord.id == run_id)
+                 .options(selectinload(RunRecord.documents).selectinload(DocumentRecord.result)))
+        with self._read() as s:
+            run = s.scalar(query)
+            if run is None:
+                raise NotFound(f"run {run_id} is not in the history (deleted?)")
+            return RunDetail(run_summary(run), run.settings,
+                             [(stored_document(d), stored_result(d)) for d in run.documents])
+
+    def update_run(self, run_id: int, label: str | None = None, note: str | None = None) -> None:
+        """Set the run's label and note (None clears them)."""
+        with self._write() as s:
+            run = s.get(RunRecord, run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} is not in the history (deleted?)")
+            run.label, run.note = label, note
+
+    def delete_run(self, run_id: int) -> bool:
+        """Documents, results and their search entries go with it (foreign-key cascade and a trigger)."""
+        with self._write() as s:
+            return s.execute(delete(RunRecord).where(RunRecord.id == run_id)).rowcount > 0
+
+    def compare_runs(self, a: int, b: int) -> RunComparison:
+        """Per document (matched by position and id): tuples only in a, only in b, in both."""
+        run_a, run_b = self.get_run(a), self.get_run(b)
+        docs_a = {(i, d.id): (d, r) for i, (d, r) in enumerate(run_a.items)}
+        docs_b = {(i, d.id): (d, r) for i, (d, r) in enumerate(run_b.items)}
+        rows = []
+        for key in sorted(docs_a.keys() | docs_b.keys()):
+            document = (docs_a.get(key) or docs_b[key])[0]
+            keys_a = _tuple_keys(docs_a[key][1]) if key in docs_a else []
+            keys_b = _tuple_keys(docs_b[key][1]) if key in docs_b else []
+            set_a, set_b = set(keys_a), set(keys_b)
+            rows.append(DocumentComparison(
+                key[0], key[1], document.text, [k for k in keys_a if k not in set_b],
+                [k for k in keys_b if k not in set_a], [k for k in keys_a if k in set_b], key in docs_a, key in docs_b))
+        return RunComparison(run_a.summary, run_b.summary, rows)
+
+
+def open_store(db_path: str | Path) -> Store:
+    """Open the history (creating its folder and file as needed) and bring the schema to head."""
+    return Store(Path(db_path).expanduser())
+
+
+def record_cli_run(report: RunReport, documents: list[Document], db_path: str | Path, task: str | None = None,
+                   settings_snapshot: dict | None = None) -> int:
+    store = open_store(db_path)
+    try:
+        return store.record_run(report, documents, "cli", task, settings_snapshot)
+    finally:
+        store.close()
+
+
+_search = table("document_search", column("rowid"), column("body"))
+
+
+def _like_pattern(term: str) -> str:
+    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _runs_with_documents_matching(term: str):
+    # The trigram index answers a quoted phrase of 3+ characters; shorter terms (common in Chinese)
+    # fall back to LIKE over the index table, which is a scan but still right.
+    if len(term) >= 3:
+        condition = _search.c.body.op("MATCH")('"' + term.replace('"', '""') + '"')
+    else:
+        condition = _search.c.body.like(_like_pattern(term), escape="\\")
+    return select(DocumentRecord.run_id).where(DocumentRecord.id.in_(select(_search.c.rowid).where(condition)))
+
+
+def _run_filters(text, model, task, since, until, source) -> list:
+    conditions: list = []
+    if model:
+        conditions.append(RunRecord.model == model)
+    if task:
+        conditions.append(RunRecord.task == task)
+    if source:
+        conditions.append(RunRecord.source == source)
+    if since is not None:
+        conditions.append(RunRecord.created_at >= since)
+    if until is not None:
+        conditions.append(RunRecord.created_at <= until)
+    for term in (text or "").split():
+        pattern = _like_pattern(term)
+        conditions.append(or_(RunRecord.id.in_(_runs_with_documents_matching(term)),
+                              RunRecord.label.like(pattern, escape="\\"), RunRecord.note.like(pattern, escape="\\")))
+    return conditions
+
+
+def _tuple_keys(result: Result) -> list[SpanKey]:
+    return list(dict.fromkeys(span_key(t) for t in result.tuples))        # ordered, without repeats

@@ -1,0 +1,131 @@
+"""What the store hands out: plain dataclasses, so the UI never holds a session or an ORM object."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from workstation.domain import Document, Result, Span
+
+
+class NotFound(LookupError):
+    """A run or job id that is not (or no longer) in the database."""
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    id: int
+    created_at: datetime
+    source: str                      # 'ui' | 'batch' | 'cli'
+    model: str
+    task: str | None
+    weights: str
+    weights_checksum: str | None
+    demo: bool
+    device: str
+    dtype: str
+    attention: str
+    optimizations: dict[str, str]
+    batch_size: int
+    options: dict[str, Any]
+    documents: int
+    wall_seconds: float
+    docs_per_second: float | None
+    tokens: int
+    peak_memory_bytes: int | None
+    label: str | None
+    note: str | None
+
+
+@dataclass
+class RunDetail:
+    summary: RunSummary
+    settings: dict[str, Any] | None
+    items: list[tuple[Document, Result]]
+
+    @property
+    def id(self) -> int:
+        return self.summary.id
+
+
+# A tuple's identity when comparing runs: (type, span, offset) of each element, in order.
+SpanKey = tuple[tuple[str, str, tuple[int, int] | None], ...]
+
+
+def span_key(spans: Sequence[Span]) -> SpanKey:
+    return tuple((s.type, s.span, tuple(s.offset) if s.offset is not None else None) for s in spans)
+
+
+@dataclass
+class DocumentComparison:
+    position: int
+    doc_id: str
+    text: str
+    only_a: list[SpanKey]
+    only_b: list[SpanKey]
+    both: list[SpanKey]
+    in_a: bool = True                # False: this document is only in run b (runs over different inputs)
+    in_b: bool = True
+
+
+@dataclass
+class RunComparison:
+    a: RunSummary                    # each run's time, memory and settings, for the side-by-side
+    b: RunSummary
+    documents: list[DocumentComparison]
+
+    @property
+    def only_a(self) -> int:
+        return sum(len(d.only_a) for d in self.documents)
+
+    @property
+    def only_b(self) -> int:
+        return sum(len(d.only_b) for d in self.documents)
+
+    @property
+    def both(self) -> int:
+        return sum(len(d.both) for d in self.documents)
+
+    @property
+    def identical(self) -> bool:
+        return self.only_a == 0 and self.only_b == 0 and all(d.in_a and d.in_b for d in self.documents)
+
+
+JOB_STATUSES = ("queued", "running", "cancelled", "done", "failed")
+UNFINISHED = ("queued", "running")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    id: int
+    status: str                      # queued | running | cancelled | done | failed
+    source_name: str
+    model: str
+    weights: str
+    device: str
+    dtype: str
+    task: str | None
+    batch_size: int
+    optimizations: list[str]
+    options: dict[str, Any]
+    total: int
+    done: int
+    docs_per_second: float | None
+    wall_seconds: float
+    error: str | None
+    owner: str | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    heartbeat_at: datetime | None
+    finished_at: datetime | None
+    run_id: int | None               # the Run recorded when the job finished
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in UNFINISHED

@@ -1,0 +1,308 @@
+"""Background batch jobs: a queued job's documents go through a model slice by slice, resumably.
+
+A `JobRunner` runs jobs one after another in its own thread (never the Streamlit script thread). A job
+gets one worker thread and one model per device (every CUDA GPU for device "auto"/"cuda", else one; the
+model is loaded by the worker or borrowed per slice from the UI's shelf). Each worker claims a slice of
+pending documents from the database, extracts, and commits the slice's results with the progress
+counters in one transaction. So:
+- a kill loses at most the claimed, uncommitted slices; the next runner puts them back and redoes them;
+- cancel is the job's status in the database, checked before each slice is claimed (any process may set it);
+- progress (done/total, docs/s) is in the database for any page or process to read.
+When every document is done the runner records a Run (source 'batch') with all results in input order.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import os
+import queue
+import socket
+import threading
+import time
+import uuid
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from storage.repository import Store
+from storage.views import JobStatus
+from workstation import engine
+from workstation.models import LoadedModel
+
+log = logging.getLogger(__name__)
+HEARTBEAT_S = 10.0
+Borrow = Callable[[JobStatus, str], AbstractContextManager[LoadedModel]]
+
+
+def owner_is_dead(owner: str | None, heartbeat_at: datetime | None, stale_after_s: float) -> bool:
+    """Is the runner named `owner` ("host:pid:token") gone? Its process has exited (same host), or it has
+    not sent a heartbeat for `stale_after_s` (another host, a reused pid, a hung process)."""
+    if not owner:
+        return True
+    if heartbeat_at is None or datetime.now(timezone.utc) - heartbeat_at > timedelta(seconds=stale_after_s):
+        return True
+    host, _, rest = owner.partition(":")
+    pid = rest.split(":", 1)[0]
+    if host != socket.gethostname() or os.name == "nt" or not pid.isdigit():
+        return False                     # on Windows os.kill(pid, 0) would terminate the process
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False                     # alive, run by another user
+    return False
+
+
+@dataclass
+class _JobRun:
+    """What a job's device workers share during one session of the job."""
+
+    job: JobStatus
+    slice_size: int
+    stop: threading.Event = field(default_factory=threading.Event)
+    errors: list[str] = field(default_factory=list)
+    model_info: dict | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started: float | None = None
+    last_commit: float = 0.0
+    docs: int = 0
+
+    def ready(self, model: LoadedModel, active: dict[str, str]) -> None:
+        with self.lock:
+            if self.started is None:             # time counts from the first model ready, as in engine.run
+                self.started = self.last_commit = time.perf_counter()
+            if self.model_info is None:
+                self.model_info = {"demo": model.is_demo, "dtype": model.knobs.dtype,
+                                   "attention": model.knobs.attention, "optimizations": dict(active)}
+
+    def committed(self, n: int) -> tuple[float, float]:
+        """(wall seconds since the previous commit of any worker, docs/s of this session). Intervals between
+        commits do not overlap, so with several GPUs the job's wall time is not counted twice."""
+        with self.lock:
+            now = time.perf_counter()
+            seconds, self.last_commit = now - self.last_commit, now
+            self.docs += n
+            return seconds, self.docs / max(now - (self.started or now), 1e-9)
+
+    def fail(self, message: str) -> None:
+        with self.lock:
+            self.errors.append(message)
+        self.stop.set()
+
+
+class JobRunner:
+    """Runs queued jobs in a background thread, one job at a time, each spread over the available devices.
+
+    devices:    overrides the choice of devices (tests use ["cpu", "cpu"] to exercise two workers)
+    slice_size: documents per claim and commit (default 4 x batch size, at least 16)
+    borrow:     borrow(job, device) -> a context manager lending a loaded model for one slice (the UI's
+                model shelf, so a job and the pages share one model per GPU and take turns between
+                slices). Without it each device worker loads its own model for the job.
+    """
+
+    def __init__(self, store: Store, devices: Sequence[str] | None = None, slice_size: int | None = None,
+                 heartbeat_s: float = HEARTBEAT_S, borrow: Borrow | None = None):
+        self.store = store
+        self.borrow = borrow
+        self.devices = list(devices) if devices else None
+        self.slice_size = slice_size
+        self.heartbeat_s = heartbeat_s
+        self.stale_after_s = max(6 * heartbeat_s, 30.0)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._queue: queue.Queue[int] = queue.Queue()
+        self._waiting: set[int] = set()
+        self._current: int | None = None
+        self._thread: threading.Thread | None = None
+        self._changed = threading.Condition()
+
+    # ---- the UI's side --------------------------------------------------------------------------------
+
+    def submit(self, job_id: int) -> None:
+        """Queue a job to run in the background (no-op if it is already waiting or running here)."""
+        with self._changed:
+            if job_id in self._waiting or job_id == self._current:
+                return
+            self._waiting.add(job_id)
+            self._queue.put(job_id)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._dispatch, name="ie-workstation-jobs", daemon=True)
+                self._thread.start()
+
+    def cancel(self, job_id: int) -> bool:
+        """Stop the job after the slice in hand; its status becomes 'cancelled'."""
+        return self.store.cancel_job(job_id)
+
+    def resume_unfinished(self) -> list[int]:
+        """On app start: queue the jobs left queued, or left running by a process that is gone."""
+        resumed = []
+        for job in self.store.unfinished_jobs():
+            if job.status == "queued" or job.owner == self.owner or self._is_dead(job.owner, job.heartbeat_at):
+                self.submit(job.id)
+                resumed.append(job.id)
+        return resumed
+
+    def is_busy(self, job_id: int | None = None) -> bool:
+        """Is the job (or any job) waiting or running in this runner?"""
+        with self._changed:
+            return self._busy(job_id)
+
+    def wait(self, job_id: int | None = None, timeout: float | None = None) -> bool:
+        """Block until the job (or every job) submitted here has stopped running. False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._busy(job_id), timeout)
+
+    def _busy(self, job_id: int | None) -> bool:
+        if job_id is None:
+            return bool(self._waiting) or self._current is not None
+        return job_id in self._waiting or job_id == self._current
+
+    def _dispatch(self) -> None:
+        while True:
+            with self._changed:
+                if self._queue.empty():
+                    self._thread = None
+                    return
+                job_id = self._queue.get()
+                self._waiting.discard(job_id)
+                self._current = job_id
+            try:
+                self.run_job(job_id)
+            except Exception:                                    # run_job records failures; this is a bug
+                log.exception("job %s: runner error", job_id)
+            finally:
+                with self._changed:
+                    self._current = None
+                    self._changed.notify_all()
+
+    # ---- running a job (blocking; the CLI and a test's child process call this directly) ----------------
+
+    def run_job(self, job_id: int) -> JobStatus:
+        if not self.store.take_job(job_id, self.owner, self._is_dead):
+            return self.store.get_job(job_id)                 # finished, cancelled, or run by a live process
+        job = self.store.get_job(job_id)
+        beat_stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(job_id, beat_stop), daemon=True)
+        beat.start()
+        try:
+            devices = self._devices(job)
+            run = _JobRun(job, self.slice_size or max(4 * job.batch_size, 16))
+            slices_left = math.ceil((job.total - job.done) / run.slice_size)
+            devices = devices[:max(slices_left, 1)]             # no GPU loads a model for nothing
+            workers = [threading.Thread(target=self._work, args=(run, device, i), name=f"job-{job_id}-{device}")
+                       for i, device in enumerate(devices[:slices_left])]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            self._conclude(run, devices)
+        except Exception as e:
+            log.exception("job %s failed", job_id)
+            self.store.fail_job(job_id, f"{type(e).__name__}: {e}", self.owner)
+        finally:
+            beat_stop.set()
+        return self.store.get_job(job_id)
+
+    def _conclude(self, run: _JobRun, devices: list[str]) -> None:
+        job_id = run.job.id
+        if run.errors:
+            self.store.fail_job(job_id, "; ".join(run.errors), self.owner)
+            return
+        state = self.store.get_job(job_id)
+        if state.status == "cancelled":
+            self.store.release_items(job_id)               # claims a failed slice left; requeue redoes them
+            return
+        if state.status != "running" or state.owner != self.owner:
+            return                                         # taken over by another runner: leave it alone
+        if state.done < state.total:                       # nothing left to claim yet not all done: say so
+            self.store.fail_job(job_id, f"stopped with {state.total - state.done} documents not done", self.owner)
+            return
+        info = run.model_info or {"demo": engine.family(run.job.model).is_demo(Path(run.job.weights)),
+                                  "dtype": run.job.dtype, "attention": "", "optimizations": {
+                                      name: "" for name in run.job.optimizations}}
+        self.store.finish_job(job_id, self.owner, device=",".join(devices), **info)
+
+    def _work(self, run: _JobRun, device: str, index: int) -> None:
+        job, claimer = run.job, f"{self.owner}:{device}:{index}"
+        try:
+            with self._models(job, device) as borrow:
+                while not run.stop.is_set():
+                    claimed = self.store.claim_items(job.id, claimer, run.slice_size, owner=self.owner)
+                    if not claimed:
+                        break                               # all claimed, cancelled, or taken over
+                    positions, documents = [p for p, _ in claimed], [d for _, d in claimed]
+                    with borrow() as (model, active):
+                        run.ready(model, active)
+                        for document in documents:
+                            model.family.validate(document)
+                        on_cuda = model.device.startswith("cuda")
+                        if on_cuda:
+                            torch.cuda.reset_peak_memory_stats(model.device)
+                        tokens_before = model.tokens_processed()
+                        results = list(model.extract(documents, batch_size=job.batch_size, **job.options))
+                        tokens = model.tokens_processed() - tokens_before
+                        peak = torch.cuda.max_memory_allocated(model.device) if on_cuda else None
+                    if len(results) != len(documents):
+                        raise RuntimeError(f"the model returned {len(results)} results for {len(documents)} documents")
+                    seconds, rate = run.committed(len(documents))
+                    self.store.complete_items(job.id, zip(positions, results), seconds=seconds, tokens=tokens,
+                                              peak_memory_bytes=peak, docs_per_second=rate)
+        except Exception as e:
+            log.exception("job %s on %s", job.id, device)
+            run.fail(f"{device}: {type(e).__name__}: {e}")
+
+    @contextmanager
+    def _models(self, job: JobStatus, device: str) -> Iterator[Callable]:
+        """Yields `borrow()`, a context manager giving (model, active optimizations) for one slice: a model
+        borrowed from `self.borrow` for each slice, or one this worker loads once and frees at the end."""
+        if self.borrow is not None:
+            @contextmanager
+            def shared():
+                with self.borrow(job, device) as model:
+                    yield model, _prepare(model, job)      # another page may have turned knobs since the last slice
+            yield shared
+            return
+        model = engine.load_model(job.model, Path(job.weights), device, job.dtype)
+        try:
+            active = _prepare(model, job)
+
+            @contextmanager
+            def own():
+                yield model, active
+            yield own
+        finally:
+            on_cuda = model.device.startswith("cuda")
+            model = None                                    # drop the last reference before freeing GPU memory
+            gc.collect()
+            if on_cuda:
+                torch.cuda.empty_cache()
+
+    def _devices(self, job: JobStatus) -> list[str]:
+        if self.devices:
+            return self.devices
+        if job.device in ("auto", "cuda", "") and torch.cuda.is_available():
+            return [f"cuda:{i}" for i in range(torch.cuda.device_count())]     # one model per GPU
+        return [engine.resolve_device(job.device)]
+
+    def _heartbeat(self, job_id: int, stop: threading.Event) -> None:
+        while not stop.wait(self.heartbeat_s):
+            try:
+                self.store.heartbeat(job_id, self.owner)
+            except Exception:                                # a busy database must not kill the job
+                log.warning("job %s: heartbeat failed", job_id, exc_info=True)
+
+    def _is_dead(self, owner: str | None, heartbeat_at: datetime | None) -> bool:
+        return owner != self.owner and owner_is_dead(owner, heartbeat_at, self.stale_after_s)
+
+
+def _prepare(model: LoadedModel, job: JobStatus) -> dict[str, str]:
+    """Turn the job's optimizations on (the others off); returns what runs, as engine.apply_optimizations."""
+    active = engine.apply_optimizations(model, job.optimizations)
+    if model.knobs.dtype == "fp32" and job.dtype != "fp32":
+        model.set_dtype(job.dtype)            # no precision optimization on: the job's dtype, as a UI run does
+    return active
