@@ -89,7 +89,8 @@ def run_ui() -> int:
     ensure_demo_weights(s)
     return subprocess.call([sys.executable, "-m", "streamlit", "run", str(ROOT / "workstation" / "ui" / "app.py"),
                             "--server.address", s.ui_host, "--server.port", str(s.ui_port),
-                            "--server.headless", "true", "--browser.gatherUsageStats", "false"], cwd=ROOT)
+                            "--server.headless", "true", "--browser.gatherUsageStats", "false",
+                            "--client.toolbarMode", "minimal"], cwd=ROOT)
 
 
 def ensure_demo_weights(settings) -> None:
@@ -135,11 +136,12 @@ def extract(args) -> int:
 
     weights = Path(args.weights) if args.weights else s.weights_for(args.model)[0]
     device = engine.resolve_device(args.device or ms.device)
-    dtype = args.dtype or ms.dtype
     model = engine.load_model(args.model, weights, device, "fp32")
     names = s.optimizations if args.optimizations is None else \
         [n.strip() for n in args.optimizations.split(",") if n.strip() and n.strip() != "none"]
     active = engine.apply_optimizations(model, names)
+    # An explicit --dtype wins; the settings' dtype applies only where no optimization chose one.
+    dtype = args.dtype or (ms.dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
     if dtype != model.knobs.dtype:
         model.set_dtype(dtype)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),

@@ -74,6 +74,7 @@ class ModelFamily(ABC):
     name: str
     title: str
     tasks: dict[str, TaskPreset]
+    options: dict[str, Any] = {}          # extract() options and their defaults (the UI draws widgets)
 
     @abstractmethod
     def validate(self, document: Document) -> None:

@@ -77,7 +77,9 @@ def _collect(hook) -> dict:
         if item.name in found:
             raise ValueError(f"two plugins register the name {item.name!r}")
         found[item.name] = item
-    hook(register=register)
+    # pluggy calls the newest registration first; walk the implementations in registration order.
+    for impl in hook.get_hookimpls():
+        impl.function(**{name: register for name in impl.argnames if name == "register"})
     return found
 
 

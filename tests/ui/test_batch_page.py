@@ -113,3 +113,14 @@ def test_a_running_job_can_be_cancelled_from_the_page(app):
     assert stopped.status == "cancelled" and 0 < stopped.done < stopped.total
     at.run()
     assert any(b.label == "Resume" for b in at.button)
+
+
+def test_a_model_that_cannot_load_starts_nothing_and_keeps_the_upload(app, ui_env):
+    import shutil
+    shutil.rmtree(ui_env / "fake-weights")
+    at = app.run().switch_page(PAGE).run()
+    at.file_uploader(key="batch_upload").set_value(("t.txt", b"Alice\n", "text/plain")).run()
+    start(at)
+    assert not at.exception
+    assert any("Nothing was started" in e.value and "no checkpoint at" in e.value for e in at.error)
+    assert state.store().list_jobs() == [] and at.file_uploader(key="batch_upload").value is not None

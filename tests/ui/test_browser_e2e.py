@@ -222,8 +222,9 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     settle(page)
     click(page, "Run again")
     settle(page)
-    page.get_by_text("Run 2 (A) vs run 3 (B)").wait_for()
-    assert store.get_run(3).summary.optimizations.keys() == {"sparse-mask"}
+    newest = store.search_runs(limit=1)[0]              # run 3 is the batch job's
+    page.get_by_text(f"Run 2 (A) vs run {newest.id} (B)").wait_for()
+    assert newest.source == "ui" and newest.optimizations.keys() == {"sparse-mask"}
     assert "Both runs extracted exactly the same tuples." in page.get_by_test_id("stMain").inner_text()
     shot(page, shots, "optimizations")
 

@@ -50,7 +50,7 @@ def test_the_choice_carries_to_the_extract_page(app):
     at = app.run().switch_page(PAGE).run()
     at.toggle(key="opt:fake-fast").set_value(True).run()
     at.switch_page("pages/extract.py").run()
-    assert "Optimizations: fake-fast" in captions(at)
+    assert "Chosen optimizations: fake-fast" in captions(at)
     next(b for b in at.button if b.label == "Run").click().run()
     run = state.store().get_run(at.session_state["extract_run_id"])
     assert run.summary.optimizations == {"fake-fast": "fast path"}

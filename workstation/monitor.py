@@ -1,0 +1,222 @@
+"""GPU monitor: per-GPU memory, utilisation, temperature, power and the processes holding memory.
+
+`NvmlMonitor` reads NVML (the `nvidia-ml-py` package, imported as `pynvml`). Every query is wrapped
+so one failing query (not supported on this board, a lost process) yields None instead of a crash,
+the way gpustat's `safenvml` does. `FakeMonitor` is deterministic and scriptable, for tests.
+`GpuRecorder` samples a monitor on a background thread into a bounded history, so the UI can draw
+the last minutes without asking NVML from the script thread.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Callable, Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_bytes: int | None          # None: NVML cannot see it (container PID namespace, WDDM)
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    name: str | None = None
+    memory_used: int | None = None      # bytes
+    memory_total: int | None = None     # bytes
+    utilization: int | None = None      # % of time a kernel ran
+    temperature: int | None = None      # °C
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    time: float                         # time.time() of the sample
+    gpus: tuple[GpuSample, ...]
+
+
+class GpuMonitor(Protocol):
+    available: bool
+    reason: str                         # why not available ("" when available)
+
+    def sample(self) -> list[GpuSample]: ...
+
+    def close(self) -> None: ...
+
+
+class NvmlMonitor:
+    """The real thing. Without an NVIDIA driver it reports `available = False` and samples nothing."""
+
+    def __init__(self) -> None:
+        self.available = False
+        self.reason = ""
+        self.driver: str | None = None
+        try:
+            import pynvml
+        except ImportError:
+            self.reason = "nvidia-ml-py is not installed"
+            return
+        self._nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except (pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded) as e:
+            self.reason = f"no NVIDIA GPU ({e})"
+            return
+        except pynvml.NVMLError as e:
+            self.reason = f"NVML could not start: {e}"
+            return
+        self.available = True
+        self.driver = self._query(pynvml.nvmlSystemGetDriverVersion)
+
+    def _query(self, fn: Callable, *args):
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError:
+            return None
+
+    def sample(self) -> list[GpuSample]:
+        if not self.available:
+            return []
+        nv = self._nvml
+        count = self._query(nv.nvmlDeviceGetCount) or 0
+        gpus = []
+        for i in range(count):
+            h = self._query(nv.nvmlDeviceGetHandleByIndex, i)
+            if h is None:
+                gpus.append(GpuSample(i))
+                continue
+            mem = self._query(nv.nvmlDeviceGetMemoryInfo, h)
+            util = self._query(nv.nvmlDeviceGetUtilizationRates, h)
+            power = self._query(nv.nvmlDeviceGetPowerUsage, h)
+            limit = self._query(nv.nvmlDeviceGetEnforcedPowerLimit, h)
+            gpus.append(GpuSample(
+                index=i,
+                name=self._query(nv.nvmlDeviceGetName, h),
+                memory_used=getattr(mem, "used", None),
+                memory_total=getattr(mem, "total", None),
+                utilization=getattr(util, "gpu", None),
+                temperature=self._query(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU),
+                power_w=power / 1000 if power is not None else None,
+                power_limit_w=limit / 1000 if limit is not None else None,
+                processes=self._processes(h),
+            ))
+        return gpus
+
+    def _processes(self, handle) -> tuple[GpuProcess, ...]:
+        nv = self._nvml
+        by_pid: dict[int, GpuProcess] = {}
+        for query in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
+            for p in self._query(query, handle) or []:
+                used = getattr(p, "usedGpuMemory", None)
+                if p.pid not in by_pid:
+                    by_pid[p.pid] = GpuProcess(p.pid, used, self._process_name(p.pid))
+        return tuple(by_pid.values())
+
+    def _process_name(self, pid: int) -> str | None:
+        name = self._query(self._nvml.nvmlSystemGetProcessName, pid)
+        return name.decode() if isinstance(name, bytes) else name
+
+    def close(self) -> None:
+        if self.available:
+            self._query(self._nvml.nvmlShutdown)
+            self.available = False
+
+
+@dataclass
+class FakeMonitor:
+    """Scripted samples: each `sample()` returns the next script entry (the last one repeats).
+
+    A script entry of None plays a failing sample (all metrics None), as a lost GPU would.
+    """
+
+    script: Sequence[Sequence[GpuSample] | None] = field(default_factory=list)
+    available: bool = True
+    reason: str = ""
+    calls: int = 0
+
+    @classmethod
+    def steady(cls, gpus: int = 2, total_gib: int = 24, pid: int | None = None) -> "FakeMonitor":
+        """`gpus` boards whose memory climbs 1 GiB per sample; `pid` holds memory on GPU 0."""
+        gib = 1 << 30
+
+        def step(k: int) -> list[GpuSample]:
+            procs = (GpuProcess(pid, (k + 1) * gib, "python"),) if pid is not None else ()
+            return [GpuSample(i, f"Fake GPU {i}", min(k + 1, total_gib) * gib, total_gib * gib,
+                              (10 * k + i) % 101, 40 + k % 30, 100.0 + k, 450.0, procs if i == 0 else ())
+                    for i in range(gpus)]
+        return cls([step(k) for k in range(total_gib)])
+
+    @classmethod
+    def without_gpu(cls, reason: str = "no NVIDIA GPU (NVML Shared Library Not Found)") -> "FakeMonitor":
+        return cls([], available=False, reason=reason)
+
+    def sample(self) -> list[GpuSample]:
+        if not self.available or not self.script:
+            return []
+        entry = self.script[min(self.calls, len(self.script) - 1)]
+        self.calls += 1
+        if entry is None:
+            previous = next((e for e in reversed(self.script[:self.calls - 1]) if e), [])
+            return [GpuSample(g.index, g.name) for g in previous]
+        return [replace(g) for g in entry]
+
+    def close(self) -> None:
+        pass
+
+
+class GpuRecorder:
+    """Samples a monitor every `interval_s` on a daemon thread; keeps the last `window_s` seconds."""
+
+    def __init__(self, monitor: GpuMonitor, interval_s: float = 1.0, window_s: float = 300.0) -> None:
+        self.monitor = monitor
+        self.interval_s = max(float(interval_s), 0.1)
+        self._history: deque[Snapshot] = deque(maxlen=max(int(window_s / self.interval_s), 2))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def available(self) -> bool:
+        return self.monitor.available
+
+    def record_once(self) -> Snapshot:
+        try:
+            gpus = tuple(self.monitor.sample())
+        except Exception:               # a monitor bug must not kill the sampling thread
+            gpus = ()
+        snap = Snapshot(time.time(), gpus)
+        with self._lock:
+            self._history.append(snap)
+        return snap
+
+    def start(self) -> "GpuRecorder":
+        if self.monitor.available and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="gpu-recorder", daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.record_once()
+            self._stop.wait(self.interval_s)
+
+    def history(self) -> list[Snapshot]:
+        with self._lock:
+            return list(self._history)
+
+    def latest(self) -> Snapshot | None:
+        with self._lock:
+            return self._history[-1] if self._history else None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.monitor.close()

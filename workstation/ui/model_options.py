@@ -1,0 +1,30 @@
+"""Widgets for a model plugin's options (e.g. SeqGPT's num_beams), drawn from the defaults it declares."""
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from workstation.models import ModelFamily
+
+
+def option_widgets(family: ModelFamily, prefix: str) -> dict[str, Any]:
+    """The options the person changed from the plugin's defaults (what the run records and passes on)."""
+    defaults: dict[str, Any] = dict(getattr(family, "options", None) or {})
+    if not defaults:
+        return {}
+    changed: dict[str, Any] = {}
+    with st.expander(f"{family.name} options"):
+        for name, default in defaults.items():
+            key = f"{prefix}:{family.name}:{name}"
+            if isinstance(default, bool):
+                value = st.checkbox(name, value=default, key=key)
+            elif isinstance(default, int):
+                value = st.number_input(name, value=default, step=1, key=key)
+            elif isinstance(default, float):
+                value = st.number_input(name, value=default, step=0.1, format="%g", key=key)
+            else:
+                value = st.text_input(name, value=str(default), key=key)
+            if value != default:
+                changed[name] = value
+    return changed

@@ -1,0 +1,152 @@
+"""Batch: a JSONL/CSV/TXT file runs as a background job; progress lives in SQLite, so it survives reloads."""
+from __future__ import annotations
+
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+import streamlit as st
+
+from workstation import plugins
+from workstation.domain import InputError
+from workstation.inputs import read_documents
+from workstation.ui import gpu, runs, schema_editor, state
+from workstation.ui.model_options import option_widgets
+
+SUFFIXES = ["jsonl", "json", "csv", "txt"]
+MAX_ERRORS_SHOWN = 20
+
+st.title("Batch")
+fam = state.current_family()
+if fam is None:
+    st.error("No model plugin is installed. See the Plugins page.")
+    st.stop()
+presets = fam.tasks
+TASK, SCHEMA = f"batch-task:{fam.name}", f"batch-schema:{fam.name}"
+state.keep_widget_values(TASK, SCHEMA, "batch_source", "batch_path")
+
+
+def load_preset() -> None:
+    st.session_state[SCHEMA] = schema_editor.dump(presets[st.session_state[TASK]].schema)
+
+
+if st.session_state.get(TASK) not in presets:
+    st.session_state[TASK] = next(iter(presets))
+    load_preset()
+
+with st.container(border=True):
+    st.markdown("**Input**: JSONL (`{\"id\", \"text\", \"schema\"}` or `{\"id\", \"text\", \"task\", \"labels\"}`), "
+                "TXT (one text a line) or CSV (a `text` column). Lines without a schema use the default below.")
+    source = st.radio("Source", ["Upload a file", "A file on this machine"], horizontal=True, key="batch_source")
+    upload = path_text = None
+    if source == "Upload a file":
+        upload = st.file_uploader("Input file", type=SUFFIXES, key="batch_upload")
+    else:
+        path_text = st.text_input("Path on the server", key="batch_path", placeholder="/data/news.jsonl")
+    left, right = st.columns(2)
+    left.selectbox("Default task", list(presets), key=TASK, on_change=load_preset,
+                   format_func=lambda n: f"{presets[n].title} ({n})")
+    left.text_area("Default schema (JSON)", key=SCHEMA, height=180)
+    batch_size = right.number_input("Batch size", 1, 1024, state.settings().model(fam.name).batch_size)
+    registry = plugins.optimizations()
+    chosen = [n for n in state.chosen_optimizations() if n in registry]
+    optimizations = right.multiselect("Optimizations", list(registry), default=chosen,
+                                      help="Those that do not apply to the model are skipped (see Optimizations).")
+    skip_invalid = right.checkbox("Skip invalid lines and report them", value=False)
+    with right:
+        options = option_widgets(fam, "batch")
+    start = st.button("Start batch job", type="primary")
+
+
+def read_input(default, skip_invalid: bool) -> tuple[list, list, str]:
+    """(documents, invalid-line errors, display name). An upload is read from a temp file, removed after:
+    the job keeps its own copy of the documents."""
+    if upload is not None:
+        suffix = Path(upload.name).suffix.lower() or ".txt"
+        with tempfile.TemporaryDirectory(prefix="iew-upload-") as folder:
+            path = Path(folder) / f"input{suffix}"
+            path.write_bytes(upload.getvalue())
+            return *read_documents(path, default, skip_invalid), upload.name
+    if path_text and path_text.strip():
+        path = Path(path_text.strip()).expanduser()
+        return *read_documents(path, default, skip_invalid), str(path)
+    raise InputError("choose a file to upload or type a path first")
+
+
+def default_schema():
+    source = st.session_state.get(SCHEMA) or ""
+    if not source.strip():
+        return None                     # every line brings its own schema
+    schema = schema_editor.parse_schema(source)
+    return {"task": st.session_state[TASK], "labels": schema} if isinstance(schema, list) else schema
+
+
+if start:
+    try:
+        documents, errors, name = read_input(default_schema(), skip_invalid)
+        valid = []
+        for doc in documents:
+            try:
+                fam.validate(doc)
+                valid.append(doc)
+            except InputError as e:
+                if not skip_invalid:
+                    raise
+                errors.append(e)
+        if not valid:
+            raise InputError(f"{name} has no document that can be run" + (f" ({len(errors)} invalid)" if errors else ""))
+        request = runs.RunRequest(fam.name, state.device_for(fam.name), tuple(optimizations),
+                                  task=st.session_state[TASK], batch_size=int(batch_size),
+                                  options=tuple(sorted(options.items())))
+        job_id = runs.start_job(request, valid, name)
+        st.toast(f"Job {job_id} started with {len(valid):,} documents.")
+        if errors:
+            st.warning(f"Skipped {len(errors)} invalid line(s): "
+                       + "; ".join(str(e) for e in errors[:MAX_ERRORS_SHOWN]))
+    except InputError as e:
+        st.error(f"Nothing was started: {e}")
+    except OSError as e:
+        st.error(f"Could not read the input: {e}")
+    except Exception as e:              # e.g. the model cannot load: say so, keep the page and the upload
+        st.error(f"Nothing was started: {type(e).__name__}: {e}")
+
+st.subheader("Jobs")
+
+
+@st.fragment(run_every=timedelta(seconds=1))
+def jobs() -> None:
+    store = state.store()
+    listed = store.list_jobs(limit=20)
+    if not listed:
+        st.caption("No batch jobs yet.")
+        return
+    for job in listed:
+        job_card(store, job)
+    if any(j.status == "running" for j in listed):
+        with st.expander("GPU while the job runs", expanded=True):
+            gpu.gpu_panel(state.gpu_recorder(), compact=True)
+
+
+def job_card(store, job) -> None:
+    with st.container(border=True):
+        cols = st.columns([5, 1])
+        cols[0].markdown(f"**Job {job.id}** · {job.source_name} · {job.model} · `{job.status}`")
+        rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
+        st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s")
+        if not job.finished:
+            if cols[1].button("Cancel", key=f"cancel-{job.id}"):
+                state.job_runner().cancel(job.id)
+                st.rerun(scope="fragment")
+        elif job.status in ("cancelled", "failed"):
+            if job.error:
+                st.error(job.error)
+            if cols[1].button("Resume", key=f"resume-{job.id}", help="The documents already done stay done."):
+                if store.requeue_job(job.id):
+                    state.job_runner().submit(job.id)
+                st.rerun(scope="fragment")
+        elif job.run_id is not None and cols[1].button("Open run", key=f"open-{job.id}"):
+            st.session_state["history_view"] = ("open", job.run_id)
+            st.switch_page(str(Path(__file__).parent / "history.py"))
+
+
+jobs()

@@ -1,0 +1,128 @@
+"""Results as HTML and table rows. Pure functions; every piece of user text goes through html.escape.
+
+Text, span strings and type names all come from users (pasted text, schema keys), so nothing here is
+ever interpolated unescaped. Colours are derived from the type name, so a type keeps its colour
+across runs and pages.
+"""
+from __future__ import annotations
+
+import colorsys
+import hashlib
+from html import escape
+from typing import Iterable
+
+from workstation.domain import Result, Span
+
+MAX_DRAWN_CHARS = 20_000        # longer texts are drawn up to here (with a note); extraction sees all
+
+
+def type_color(type_name: str) -> str:
+    """A light, readable background colour, stable for a type name."""
+    h = int.from_bytes(hashlib.sha1(type_name.encode("utf-8")).digest()[:2], "big") / 65535
+    r, g, b = colorsys.hls_to_rgb(h, 0.82, 0.75)
+    return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
+
+
+def located_spans(result: Result) -> list[Span]:
+    """Spans with character offsets, once each, in text order (a span may appear in several tuples)."""
+    seen: dict[tuple, Span] = {}
+    for tup in result.tuples:
+        for s in tup:
+            if s.offset is not None:
+                seen.setdefault((s.type, s.offset), s)
+    return sorted(seen.values(), key=lambda s: (s.offset[0], -s.offset[1], s.type))
+
+
+def labels(result: Result) -> list[Span]:
+    """Classification labels: spans without offsets that are not ungrounded generated spans."""
+    return [s for tup in result.tuples for s in tup if s.offset is None and s.grounded is not False]
+
+
+def ungrounded(result: Result) -> list[Span]:
+    """Generated spans not found in the text (SeqGPT): shown, but flagged."""
+    return [s for tup in result.tuples for s in tup if s.grounded is False]
+
+
+def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS) -> str:
+    """The text with spans highlighted, the type after each span. Overlaps nest; offsets are clamped.
+
+    The text is cut into segments at every span boundary; a segment takes the colour of the innermost
+    span covering it, and a span's type label follows its last segment.
+    """
+    shown, n = text[:limit], min(len(text), limit)
+    spans = sorted((s for s in spans if s.offset is not None and 0 <= s.offset[0] < s.offset[1]
+                    and s.offset[0] < n), key=lambda s: s.offset[0])
+    ends: dict[int, list[Span]] = {}
+    for s in spans:                     # a span running past the drawn text is labelled at its edge
+        ends.setdefault(min(s.offset[1], n), []).append(s)
+    cuts = sorted({0, n} | {min(p, n) for s in spans for p in s.offset})
+    parts = ['<div class="iew-text" style="white-space:pre-wrap;line-height:2.1;font-size:1.02rem">']
+    active: list[Span] = []
+    pending = 0
+    for a, b in zip(cuts, cuts[1:]):    # sweep: active = spans covering [a, b)
+        while pending < len(spans) and spans[pending].offset[0] <= a:
+            active.append(spans[pending])
+            pending += 1
+        active = [s for s in active if s.offset[1] > a]
+        segment = escape(shown[a:b])
+        if active:
+            inner = min(active, key=lambda s: s.offset[1] - s.offset[0])
+            title = escape(" / ".join(f"{s.type}: {s.span}" for s in active[:8]), quote=True)
+            segment = (f'<mark title="{title}" style="background:{type_color(inner.type)};'
+                       f'padding:0.1em 0.15em;border-radius:0.25em">{segment}</mark>')
+        parts.append(segment)
+        parts.extend(_label_chip(s.type) for s in ends.get(b, ()))
+    parts.append("</div>")
+    if len(text) > limit:
+        parts.append(f'<p style="opacity:0.7"><em>Showing the first {limit:,} of {len(text):,} characters; '
+                     f"the table lists every span.</em></p>")
+    return "".join(parts)
+
+
+def _label_chip(type_name: str) -> str:
+    return (f'<span style="background:{type_color(type_name)};font-size:0.72em;font-weight:600;'
+            f'padding:0.05em 0.35em;margin:0 0.2em;border-radius:0.3em;vertical-align:middle">'
+            f"{escape(type_name)}</span>")
+
+
+def legend_html(type_names: Iterable[str]) -> str:
+    return " ".join(_label_chip(t) for t in sorted(set(type_names)))
+
+
+def tuple_text(tup: list[Span]) -> str:
+    """A tuple as one readable line: `人物: 谷口清太郎 → 出生地: 日本`. Plain text (tables escape it)."""
+    return " → ".join(f"{s.type}: {s.span}" for s in tup)
+
+
+def tuple_rows(result: Result, limit: int = 2_000) -> list[dict]:
+    """One row per tuple for a dataframe: the readable tuple, its arity and the offsets."""
+    rows = []
+    for i, tup in enumerate(result.tuples[:limit]):
+        rows.append({
+            "#": i + 1,
+            "tuple": tuple_text(tup),
+            "kind": "span" if len(tup) == 1 else f"{len(tup)}-tuple",
+            "offsets": "; ".join(f"[{s.offset[0]}, {s.offset[1]})" if s.offset else "—" for s in tup),
+            "confidence": min((s.confidence for s in tup if s.confidence is not None), default=None),
+            "grounded": all(s.grounded is not False for s in tup),
+        })
+    return rows
+
+
+def key_text(key) -> str:
+    """A stored tuple key ((type, span, offset), ...) as a readable line."""
+    return " → ".join(f"{t}: {span}" + (f" [{o[0]}, {o[1]})" if o else "") for t, span, o in key)
+
+
+def comparison_rows(documents, limit: int = 5_000) -> list[dict]:
+    """The tuples that differ between two runs, one row each (from Store.compare_runs' documents)."""
+    rows = []
+    for d in documents:
+        if not (d.in_a and d.in_b):
+            rows.append({"document": d.doc_id, "change": "only in A" if d.in_a else "only in B",
+                         "tuple": "(the whole document)"})
+        for side, keys in (("only in A", d.only_a), ("only in B", d.only_b)):
+            rows.extend({"document": d.doc_id, "change": side, "tuple": key_text(k)} for k in keys)
+        if len(rows) >= limit:
+            break
+    return rows[:limit]

@@ -1,0 +1,128 @@
+"""Streamlit views of a recorded run: its numbers and each document's result (Extract, History)."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workstation.domain import Document, Result
+from workstation.models import DEMO_NOTICE
+from workstation.ui import render
+
+MAX_DOCS_LISTED = 1_000
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def run_numbers(summary) -> None:
+    """Wall time, tokens, peak GPU memory, device, precision and active optimizations of one run."""
+    cols = st.columns(5)
+    cols[0].metric("Wall time", f"{summary.wall_seconds:.3f} s")
+    cols[1].metric("Tokens", f"{summary.tokens:,}")
+    cols[2].metric("Peak GPU memory", fmt_bytes(summary.peak_memory_bytes) if summary.peak_memory_bytes
+                   is not None else "— (CPU)")
+    cols[3].metric("Device", summary.device)
+    cols[4].metric("Precision", summary.dtype)
+    opts = summary.optimizations or {}
+    st.caption("Optimizations: " + (", ".join(f"{k} ({v})" for k, v in opts.items()) if opts
+                                    else "none (fp32 eager path)")
+               + f" · attention: {summary.attention} · {summary.documents} document(s) · model {summary.model}")
+    if summary.demo:
+        st.warning(DEMO_NOTICE, icon=":material/warning:")
+
+
+def document_result(doc: Document, result: Result, key: str) -> None:
+    """The text with spans drawn, labels with confidences, generated text beside grounded spans, tuples."""
+    spans = render.located_spans(result)
+    left, right = st.columns([3, 2]) if result.raw is not None else (st.container(), None)
+    with left:
+        if spans:
+            st.html(render.legend_html(s.type for s in spans))
+        st.html(render.spans_html(doc.text, spans))
+        labels = render.labels(result)
+        if labels:
+            st.markdown("**Labels**")
+            st.dataframe(pd.DataFrame([{"label": s.type if not s.span else s.span, "type": s.type,
+                                        "confidence": s.confidence} for s in labels]),
+                         hide_index=True, key=f"labels-{key}")
+    if right is not None:
+        with right:
+            st.markdown("**Generated text** (what the model wrote, per prompt chunk)")
+            for i, chunk in enumerate(result.raw or []):
+                st.code(chunk or "(empty)", language=None, wrap_lines=True)
+            missing = render.ungrounded(result)
+            if missing:
+                st.warning("Not found in the text (ungrounded): "
+                           + "; ".join(f"{s.type}: {_clip(s.span)}" for s in missing[:50]))
+    for w in result.warnings:
+        st.info(w)
+    rows = render.tuple_rows(result)
+    if rows:
+        st.markdown("**Tuples**")
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"tuples-{key}",
+                     column_config={"confidence": st.column_config.NumberColumn(format="%.3f")})
+        if len(result.tuples) > len(rows):
+            st.caption(f"Showing {len(rows):,} of {len(result.tuples):,} tuples; export the run for all.")
+    elif not render.labels(result):
+        st.info("Nothing extracted from this text.")
+
+
+def run_view(detail, key: str) -> None:
+    """A whole run: numbers, then one document (a picker when the run has several)."""
+    run_numbers(detail.summary)
+    pairs = detail.items
+    if not pairs:
+        st.info("This run has no documents.")
+        return
+    index = 0
+    if len(pairs) > 1:
+        shown = pairs[:MAX_DOCS_LISTED]
+        index = st.selectbox(f"Document ({len(pairs):,} in this run)", range(len(shown)), key=f"doc-{key}",
+                             format_func=lambda i: f"{shown[i][0].id}: {shown[i][0].text[:60]}")
+    doc, result = pairs[index]
+    document_result(doc, result, key)
+
+
+def comparison_view(store, a: int, b: int) -> None:
+    """Two runs side by side: time, tokens, memory and settings, then the tuples that differ."""
+    from storage.repository import NotFound
+    try:
+        cmp = store.compare_runs(a, b)
+    except NotFound as e:
+        st.info(str(e))
+        return
+    st.markdown(f"**Run {a} (A) vs run {b} (B)**")
+    cols = st.columns(4)
+    speedup = cmp.a.wall_seconds / cmp.b.wall_seconds if cmp.b.wall_seconds else None
+    cols[0].metric("Wall time B", f"{cmp.b.wall_seconds:.3f} s", f"{cmp.b.wall_seconds - cmp.a.wall_seconds:+.3f} s",
+                   delta_color="inverse", help=f"A: {cmp.a.wall_seconds:.3f} s")
+    cols[1].metric("Speed-up B over A", f"{speedup:.2f}×" if speedup else "—")
+    mem_a, mem_b = cmp.a.peak_memory_bytes, cmp.b.peak_memory_bytes
+    cols[2].metric("Peak GPU memory B", fmt_bytes(mem_b),
+                   fmt_bytes(mem_b - mem_a) if mem_a is not None and mem_b is not None else None,
+                   delta_color="inverse", help=f"A: {fmt_bytes(mem_a)}")
+    cols[3].metric("Tuples only in A / only in B", f"{cmp.only_a:,} / {cmp.only_b:,}",
+                   help=f"{cmp.both:,} tuples are in both runs")
+    st.dataframe(pd.DataFrame([side_row("A", cmp.a), side_row("B", cmp.b)]), hide_index=True)
+    if cmp.identical:
+        st.success("Both runs extracted exactly the same tuples.")
+    else:
+        st.dataframe(pd.DataFrame(render.comparison_rows(cmp.documents)), hide_index=True)
+
+
+def side_row(name: str, s) -> dict:
+    return {"run": f"{name}: {s.id}", "model": s.model, "device": s.device, "precision": s.dtype,
+            "attention": s.attention, "optimizations": ", ".join(s.optimizations) or "none",
+            "documents": s.documents, "wall time (s)": round(s.wall_seconds, 4), "tokens": s.tokens,
+            "peak GPU memory": fmt_bytes(s.peak_memory_bytes), "demo weights": s.demo}

@@ -1,0 +1,93 @@
+"""Run documents on a shared model from the UI and record the run (source 'ui')."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from workstation import engine, plugins
+from workstation.domain import Document
+from workstation.models import ModelFamily, TaskPreset
+from workstation.ui import state
+from workstation.ui.shelf import ModelShelf
+
+RERUN_IN_PAGE = 64                      # more documents than this re-run as a background job
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    model: str
+    device: str
+    optimizations: tuple[str, ...]
+    task: str | None = None
+    batch_size: int | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def snapshot(self, weights: str, dtype: str) -> dict[str, Any]:
+        return {"model": self.model, "weights": weights, "device": self.device, "dtype": dtype,
+                "optimizations": list(self.optimizations), "task": self.task, "batch_size": self.batch_size,
+                "options": dict(self.options)}
+
+
+def document_for(family: ModelFamily, preset: TaskPreset | None, schema: Any, text: str,
+                 doc_id: str = "1") -> Document:
+    """A schema dict drives span extraction (RexUniNLU); a label list drives a generative task (SeqGPT)."""
+    if isinstance(schema, list):
+        return Document(doc_id, text, task=preset.name if preset else None, labels=[str(x) for x in schema])
+    return Document(doc_id, text, schema=schema)
+
+
+def applicable(model, names: Sequence[str]) -> list[str]:
+    """The chosen optimizations that apply to this model (others are shown as not applying, not run)."""
+    registry = plugins.optimizations()
+    return [n for n in names if n in registry and registry[n].applies_to(model)[0]]
+
+
+def target(request: RunRequest) -> tuple[tuple, str, str, int]:
+    """(shelf key, weights, dtype, batch size) for a request, from settings.toml."""
+    s = state.settings()
+    weights, _ = s.weights_for(request.model)
+    ms = s.model(request.model)
+    registry = plugins.optimizations()
+    reload_set = frozenset(n for n in request.optimizations if n in registry and registry[n].switch == "reload")
+    key = ModelShelf.key(request.model, weights, request.device, ms.dtype, reload_set)
+    return key, str(weights), ms.dtype, request.batch_size or ms.batch_size
+
+
+def run_and_record(request: RunRequest, documents: Sequence[Document], source: str = "ui") -> int:
+    """Validate, run under the model's lock, record. Raises InputError/WeightsError for the page to show."""
+    fam = engine.family(request.model)
+    for doc in documents:
+        fam.validate(doc)               # before loading anything: a bad schema costs no GPU time
+    key, weights, dtype, batch_size = target(request)
+    with state.model_shelf().borrow(key) as model:
+        active = engine.apply_optimizations(model, applicable(model, request.optimizations))
+        if model.knobs.dtype == "fp32" and dtype != "fp32":
+            model.set_dtype(dtype)      # no precision optimization on: the dtype of settings.toml
+        report = engine.run(model, documents, batch_size, optimizations=active, **dict(request.options))
+    return state.store().record_run(report, list(documents), source, task=request.task,
+                                    settings_snapshot=request.snapshot(weights, dtype))
+
+
+def rerun(detail) -> tuple[str, int]:
+    """The documents and settings of a recorded run, run again: ("run", id) now, or ("job", id) in the
+    background when there are too many documents to wait for."""
+    snap, s = detail.settings or {}, detail.summary
+    request = RunRequest(s.model, snap.get("device") or s.device,
+                         tuple(snap.get("optimizations", list(s.optimizations))), task=s.task,
+                         batch_size=s.batch_size, options=tuple(sorted(s.options.items())))
+    documents = [doc for doc, _ in detail.items]
+    if len(documents) > RERUN_IN_PAGE:
+        return "job", start_job(request, documents, f"re-run of run {s.id}")
+    return "run", run_and_record(request, documents)
+
+
+def start_job(request: RunRequest, documents: Sequence[Document], source_name: str) -> int:
+    """Queue documents as a background job (recorded as a 'batch' run when done) and start it."""
+    key, weights, dtype, batch_size = target(request)
+    with state.model_shelf().borrow(key) as model:
+        names = applicable(model, request.optimizations)   # the job would fail on one that does not apply
+    job_id = state.store().create_job(
+        list(documents), request.model, weights, batch_size, names, dict(request.options), source_name,
+        device=request.device, dtype=dtype, task=request.task, settings_snapshot=request.snapshot(weights, dtype))
+    state.job_runner().submit(job_id)
+    return job_id

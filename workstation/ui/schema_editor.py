@@ -1,0 +1,45 @@
+"""Schema editing helpers: parse the JSON editor with a message a person can act on; flat type lists."""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from workstation.domain import InputError
+
+
+def parse_schema(source: str) -> Any:
+    """JSON text -> schema. InputError names the line and column of a syntax error."""
+    if not source.strip():
+        raise InputError("the schema is empty: give a JSON object such as {\"人物\": null} or a list of labels")
+    try:
+        return json.loads(source)
+    except json.JSONDecodeError as e:
+        raise InputError(f"schema is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+
+
+def flat_types(schema: Any) -> list[str] | None:
+    """The type names of a flat schema ({"人物": null, ...} or ["label", ...]); None when nested."""
+    if isinstance(schema, dict) and all(v is None for v in schema.values()):
+        return [str(k) for k in schema]
+    if isinstance(schema, list) and all(isinstance(v, str) for v in schema):
+        return list(schema)
+    return None
+
+
+def split_types(text: str) -> list[str]:
+    """Types typed one per line or separated by commas (ASCII or full-width), de-duplicated in order."""
+    seen: dict[str, None] = {}
+    for part in re.split(r"[\n,，]+", text):
+        if part.strip():
+            seen.setdefault(part.strip(), None)
+    return list(seen)
+
+
+def flat_schema(types: list[str], like: Any) -> Any:
+    """A flat schema of `types` in the shape of `like` (a label list stays a list)."""
+    return list(types) if isinstance(like, list) else {t: None for t in types}
+
+
+def dump(schema: Any) -> str:
+    return json.dumps(schema, ensure_ascii=False, indent=2)

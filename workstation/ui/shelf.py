@@ -1,0 +1,81 @@
+"""Loaded models shared by every browser tab and by batch jobs.
+
+One model per device: asking for a different model, weights, dtype or reload-type optimization set on a
+device unloads the old one first (engine.unload), so its GPU memory is back before the new one loads.
+Each model has a lock: optimizations turn knobs on the shared object, so knobs are set and the run
+happens under the same lock.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from workstation import engine
+from workstation.models import LoadedModel
+
+ModelKey = tuple[str, str, str, str, frozenset]     # (model, weights, device, dtype, reload-type optimizations)
+
+
+@dataclass
+class ModelSlot:
+    key: ModelKey
+    model: LoadedModel | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take(self) -> LoadedModel | None:
+        model, self.model = self.model, None
+        return model
+
+
+class ModelShelf:
+    def __init__(self, load: Callable[[str, Path, str, str], LoadedModel] = engine.load_model) -> None:
+        self._load = load
+        self._slots: dict[str, ModelSlot] = {}          # device -> slot
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(model: str, weights: Path | str, device: str, dtype: str,
+            reload_optimizations: frozenset = frozenset()) -> ModelKey:
+        return (model, str(weights), engine.resolve_device(device), dtype, frozenset(reload_optimizations))
+
+    @contextmanager
+    def borrow(self, key: ModelKey) -> Iterator[LoadedModel]:
+        """The loaded model for `key`, held exclusively for the duration of the `with` block."""
+        while True:
+            slot = self._slot_for(key)
+            with slot.lock:
+                if slot.model is None and self._slots.get(key[2]) is slot:
+                    slot.model = self._load(key[0], Path(key[1]), key[2], key[3])
+                if slot.model is not None:
+                    yield slot.model
+                    return
+            # the slot was evicted while we waited for it: ask again
+
+    def _slot_for(self, key: ModelKey) -> ModelSlot:
+        with self._lock:
+            slot = self._slots.get(key[2])
+            if slot is not None and slot.key == key:
+                return slot
+            if slot is not None:
+                self._release(slot)
+            slot = self._slots[key[2]] = ModelSlot(key)
+            return slot
+
+    def loaded(self) -> list[ModelKey]:
+        with self._lock:
+            return [s.key for s in self._slots.values() if s.model is not None]
+
+    def evict(self, device: str | None = None) -> None:
+        """Unload the model on `device` (all devices when None)."""
+        with self._lock:
+            for dev in [d for d in self._slots if device is None or d == device]:
+                self._release(self._slots.pop(dev))
+
+    @staticmethod
+    def _release(slot: ModelSlot) -> None:
+        with slot.lock:                 # waits for a run in progress on the old model to finish
+            # take() hands unload the only reference, so its `del` really frees the weights
+            engine.unload(slot.take())

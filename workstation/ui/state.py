@@ -1,0 +1,109 @@
+"""Process-wide resources shared by every browser tab (st.cache_resource), and the per-tab choices.
+
+st.session_state holds ids and small choices only (model name, device, optimization names, run ids);
+models, the store, the GPU recorder and the job runner live here, once per process.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from workstation import plugins
+from workstation.monitor import GpuRecorder, NvmlMonitor
+from workstation.models import ModelFamily
+from workstation.settings import Settings, load_settings
+from workstation.ui.shelf import ModelShelf
+
+# Tests replace this with a FakeMonitor factory; the app reads NVML.
+monitor_factory = NvmlMonitor
+HISTORY_WINDOW_S = 600
+
+
+def settings() -> Settings:
+    return load_settings()               # cheap; re-read so settings.toml edits show up on the next rerun
+
+
+@st.cache_resource(show_spinner=False)
+def _store(db_path: str):
+    from storage.repository import open_store
+    Path(db_path).parent.mkdir(parents=True, exist_ok=True)
+    return open_store(db_path)
+
+
+def store():
+    s = settings()
+    return _store(str(s.path(s.database)))
+
+
+@st.cache_resource(show_spinner=False)
+def model_shelf() -> ModelShelf:
+    return ModelShelf()
+
+
+@st.cache_resource(show_spinner=False, on_release=lambda recorder: recorder.stop())
+def _gpu_recorder(interval_s: float) -> GpuRecorder:
+    return GpuRecorder(monitor_factory(), interval_s, HISTORY_WINDOW_S).start()
+
+
+def gpu_recorder() -> GpuRecorder:
+    return _gpu_recorder(settings().monitor_interval_s)
+
+
+@st.cache_resource(show_spinner=False)
+def _job_runner(db_path: str):
+    from workstation.jobs import JobRunner
+    runner = JobRunner(_store(db_path))
+    runner.resume_unfinished()          # once per process: jobs cut off by the last shutdown go on
+    return runner
+
+
+def job_runner():
+    s = settings()
+    return _job_runner(str(s.path(s.database)))
+
+
+# --- per-tab choices -------------------------------------------------------------------------------
+
+def families() -> dict[str, ModelFamily]:
+    return plugins.model_families()
+
+
+def current_family() -> ModelFamily | None:
+    fams = families()
+    name = st.session_state.get("model")
+    if name not in fams:
+        name = next(iter(fams), None)
+        st.session_state["model"] = name
+    return fams.get(name) if name else None
+
+
+def weights_for(name: str) -> tuple[Path, bool]:
+    """(weights dir, is_demo). Demo: nothing configured, or the configured dir holds demo weights."""
+    weights, demo = settings().weights_for(name)
+    fam = families().get(name)
+    return weights, demo or bool(fam and weights.exists() and fam.is_demo(weights))
+
+
+def device_for(name: str) -> str:
+    return st.session_state.get("device") or settings().model(name).device
+
+
+def device_choices(configured: str) -> list[str]:
+    """The configured device first, then auto, the CPU and every visible CUDA GPU."""
+    import torch
+    found = ["auto", "cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    return [configured] + [d for d in found if d != configured]
+
+
+def chosen_optimizations() -> list[str]:
+    if "optimizations" not in st.session_state:
+        st.session_state["optimizations"] = list(settings().optimizations)
+    return list(st.session_state["optimizations"])
+
+
+def keep_widget_values(*keys: str) -> None:
+    """Streamlit drops a widget's value when its page is not shown; re-assigning keeps it across pages."""
+    for key in keys:
+        if key in st.session_state:
+            st.session_state[key] = st.session_state[key]
