@@ -16,7 +16,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton kernels run on the CPU
 def rex_tiny(tmp_path_factory) -> Path:
     """A tiny random RexUniNLU checkpoint in the official layout (session-wide, built once)."""
     from plugins.rexuninlu import demo
-    return demo.write(tmp_path_factory.mktemp("rex") / "rexuninlu-tiny", "tiny", seed=0)
+    # A sparser head than the UI's demo checkpoint: enough spans to test, few enough to stay fast.
+    return demo.write(tmp_path_factory.mktemp("rex") / "rexuninlu-tiny", "tiny", seed=0, share=0.02)
 
 
 @pytest.fixture(scope="session")

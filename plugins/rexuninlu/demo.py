@@ -88,7 +88,7 @@ def sparsify_head(model: RexModel, out_dir: Path, share: float) -> None:
         model.ffnk.bias[-2] = -a
 
 
-def write(out_dir: Path, size: str = "full", seed: int = 0) -> Path:
+def write(out_dir: Path, size: str = "full", seed: int = 0, share: float | None = None) -> Path:
     if size not in SIZES:
         raise ValueError(f"unknown demo size {size!r}; choose from {', '.join(SIZES)}")
     cfg = SIZES[size]
@@ -100,7 +100,7 @@ def write(out_dir: Path, size: str = "full", seed: int = 0) -> Path:
     (out_dir / "vocab.txt").write_text("\n".join(vocabulary(cfg.vocab_size)) + "\n", "utf-8")
     (out_dir / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG, indent=2), "utf-8")
     (out_dir / "special_tokens_map.json").write_text(json.dumps(SPECIAL_TOKENS), "utf-8")
-    sparsify_head(model, out_dir, TARGET_POSITIVE_SHARE[size])
+    sparsify_head(model, out_dir, TARGET_POSITIVE_SHARE[size] if share is None else share)
     torch.save({k: v.contiguous() for k, v in model.state_dict().items()}, out_dir / "pytorch_model.bin")
     params = sum(p.numel() for p in model.parameters())
     (out_dir / DEMO_MARKER).write_text(
