@@ -49,8 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+PASS_THROUGH = {"test": "pytest_args", "bench": "bench_args", "finetune": "finetune_args"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASS_THROUGH and not {"-h", "--help"} & set(argv[:1]):
+        # Everything after these commands belongs to the tool behind them (pytest, the benchmarks).
+        args = argparse.Namespace(command=argv[0], **{PASS_THROUGH[argv[0]]: argv[1:]})
+    else:
+        args = build_parser().parse_args(argv)
     command = args.command or "ui"
     if "memory-pool" in load_settings().optimizations:
         # Read by PyTorch's CUDA allocator when it starts: this part of the memory pool needs a restart.
