@@ -124,21 +124,12 @@ def demo_weights(args) -> int:
 
 
 def extract(args) -> int:
-    from workstation.inputs import parse_schema_arg, read_documents
+    from workstation.inputs import parse_schema_arg, read_valid_documents
     s = load_settings()
     fam = engine.family(args.model)
     ms = s.model(args.model)
     default = parse_schema_arg(args.schema)
-    documents, skipped = read_documents(args.input, default, args.skip_invalid)
-    valid = []
-    for doc in documents:
-        try:
-            fam.validate(doc)
-            valid.append(doc)
-        except InputError as e:
-            if not args.skip_invalid:
-                raise
-            skipped.append(e)
+    valid, skipped = read_valid_documents(args.input, fam, default, args.skip_invalid)
     for e in skipped:
         print(f"skipped: {e}", file=sys.stderr)
 

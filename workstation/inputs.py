@@ -101,3 +101,19 @@ def read_documents(path: Path, default: Any = None, skip_invalid: bool = False
     except UnicodeDecodeError as e:
         raise InputError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     return docs, errors
+
+
+def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False
+                         ) -> tuple[list[Document], list[InputError]]:
+    """read_documents, then the model's own checks (schema, labels, text) on every document."""
+    documents, errors = read_documents(path, default, skip_invalid)
+    valid = []
+    for doc in documents:
+        try:
+            family.validate(doc)
+            valid.append(doc)
+        except InputError as e:
+            if not skip_invalid:
+                raise
+            errors.append(e)
+    return valid, errors

@@ -75,25 +75,30 @@ def _char_span(window: Window, head: int, tail: int) -> tuple[int, int] | None:
     return a, b
 
 
+def _matches(window: Window, candidates, heads, tails, blank: bool = False):
+    """(head, tail, prefix, type, (a, b)) for each candidate span linked to a registered type, in
+    the reference's order: spans row-major, then types in hint order."""
+    for head, tail in candidates:
+        for key in window.hint.type_chars:
+            if not blank and not (head in heads[key] and tail in tails[key]):
+                continue
+            ab = _char_span(window, head, tail)
+            if ab is not None:
+                yield head, tail, key[0], key[1], ab
+
+
 def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next_map: dict) -> list[list[dict]]:
     """Extraction windows: typed spans as output tuples; spans with a sub-schema go to next_map."""
     spans, heads, tails = _link_maps(window, links)
     out = []
-    for head, tail in spans:
-        for key in window.hint.type_chars:
-            if head in heads[key] and tail in tails[key]:
-                ab = _char_span(window, head, tail)
-                if ab is None:
-                    continue
-                prefix, t = key
-                a, b = ab
-                span = window.text[a:b]
-                if level_map[prefix][t]:
-                    next_map[prefix + ((t, span, (a, b)),)] = level_map[prefix][t]
-                info = [{"type": e[0].strip(), "span": e[1], "offset": list(e[2])} for e in prefix]
-                info.append({"type": t, "span": span, "offset": [a, b]})
-                if tuple(i["type"] for i in info) in legal:
-                    out.append(info)
+    for _, _, prefix, t, (a, b) in _matches(window, spans, heads, tails):
+        span = window.text[a:b]
+        if level_map[prefix][t]:
+            next_map[prefix + ((t, span, (a, b)),)] = level_map[prefix][t]
+        info = [{"type": e[0].strip(), "span": e[1], "offset": list(e[2])} for e in prefix]
+        info.append({"type": t, "span": span, "offset": [a, b]})
+        if tuple(i["type"] for i in info) in legal:
+            out.append(info)
     return out
 
 
@@ -102,7 +107,7 @@ def _confidence(probs: torch.Tensor, head: int, tail: int, t_tok: int) -> float:
     return round(((probs[tail, head] + probs[t_tok, head] + probs[tail, t_tok]) / 3).item(), 4)
 
 
-def decode_classes(window: Window, links: Links | None, cls_token: str, level_map: dict, legal: set,
+def decode_classes(window: Window, links: Links, cls_token: str, level_map: dict, legal: set,
                    next_map: dict, found: dict[str, list], blank: bool = False) -> None:
     """Classification windows: candidates keyed by their type path go into `found`.
 
@@ -111,29 +116,17 @@ def decode_classes(window: Window, links: Links | None, cls_token: str, level_ma
     """
     nh = window.n_hint
     token_of = {key: tok for tok, key in type_tokens(window).items()}
-    if blank:
-        candidates, heads, tails = [(nh, nh)], None, None
-    else:
-        candidates, heads, tails = _link_maps(window, links)
-    probs = links.probs
-    for head, tail in candidates:
-        for key in window.hint.type_chars:
-            if not blank and not (head in heads[key] and tail in tails[key]):
-                continue
-            ab = _char_span(window, head, tail)
-            if ab is None:
-                continue
-            prefix, t = key
-            a, b = ab
-            span = window.text[a:b]
-            conf = _confidence(probs, head, tail, token_of[key])
-            if level_map[prefix][t]:
-                next_map[prefix + ((t, span, (a, b), conf),)] = level_map[prefix][t]
-            chain = [e for e in prefix if e[1] == cls_token]
-            info = [{"type": e[0].strip(), "span": e[1], "offset": list(e[2]), "confidence": e[3]} for e in chain]
-            info.append({"type": t, "span": span, "offset": [a, b], "confidence": conf})
-            if tuple(i["type"] for i in info) in legal and span == cls_token:
-                found[INFOKEY.join([e[0].strip() for e in chain] + [t])].append(info)
+    candidates, heads, tails = ([(nh, nh)], None, None) if blank else _link_maps(window, links)
+    for head, tail, prefix, t, (a, b) in _matches(window, candidates, heads, tails, blank):
+        span = window.text[a:b]
+        conf = _confidence(links.probs, head, tail, token_of[(prefix, t)])
+        if level_map[prefix][t]:
+            next_map[prefix + ((t, span, (a, b), conf),)] = level_map[prefix][t]
+        chain = [e for e in prefix if e[1] == cls_token]
+        info = [{"type": e[0].strip(), "span": e[1], "offset": list(e[2]), "confidence": e[3]} for e in chain]
+        info.append({"type": t, "span": span, "offset": [a, b], "confidence": conf})
+        if tuple(i["type"] for i in info) in legal and span == cls_token:
+            found[INFOKEY.join([e[0].strip() for e in chain] + [t])].append(info)
 
 
 def best_of_hint(found: dict[str, list]) -> tuple[str, list[float]] | None:

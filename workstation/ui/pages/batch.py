@@ -9,7 +9,7 @@ import streamlit as st
 
 from workstation import plugins
 from workstation.domain import InputError
-from workstation.inputs import read_documents
+from workstation.inputs import read_valid_documents
 from workstation.ui import gpu, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
 
@@ -59,17 +59,17 @@ with st.container(border=True):
 
 
 def read_input(default, skip_invalid: bool) -> tuple[list, list, str]:
-    """(documents, invalid-line errors, display name). An upload is read from a temp file, removed after:
+    """(valid documents, invalid-line errors, display name). An upload is read from a temp file, removed after:
     the job keeps its own copy of the documents."""
     if upload is not None:
         suffix = Path(upload.name).suffix.lower() or ".txt"
         with tempfile.TemporaryDirectory(prefix="iew-upload-") as folder:
             path = Path(folder) / f"input{suffix}"
             path.write_bytes(upload.getvalue())
-            return *read_documents(path, default, skip_invalid), upload.name
+            return *read_valid_documents(path, fam, default, skip_invalid), upload.name
     if path_text and path_text.strip():
         path = Path(path_text.strip()).expanduser()
-        return *read_documents(path, default, skip_invalid), str(path)
+        return *read_valid_documents(path, fam, default, skip_invalid), str(path)
     raise InputError("choose a file to upload or type a path first")
 
 
@@ -83,16 +83,7 @@ def default_schema():
 
 if start:
     try:
-        documents, errors, name = read_input(default_schema(), skip_invalid)
-        valid = []
-        for doc in documents:
-            try:
-                fam.validate(doc)
-                valid.append(doc)
-            except InputError as e:
-                if not skip_invalid:
-                    raise
-                errors.append(e)
+        valid, errors, name = read_input(default_schema(), skip_invalid)
         if not valid:
             raise InputError(f"{name} has no document that can be run" + (f" ({len(errors)} invalid)" if errors else ""))
         request = runs.RunRequest(fam.name, state.device_for(fam.name), tuple(optimizations),
