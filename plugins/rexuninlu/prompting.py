@@ -190,6 +190,8 @@ class Prompter:
         the text region (from the first [SEP]) continues after the largest hint position.
         """
         n_head = ids.index(self.sep_id)
+        if self.prefix_id in ids[n_head:] or self.type_id in ids[n_head:]:
+            return self.reference_layout(ids)               # a [SEP] inside the hint
         pos, grp, typ = self.head_layout(tuple(ids[:n_head]))
         nxt, rest = max(pos) + 1, len(ids) - n_head
         return list(pos) + list(range(nxt, nxt + rest)), list(grp) + [-1] * rest, list(typ) + [0] * rest
@@ -216,6 +218,52 @@ class Prompter:
             grp.append(group)
             typ.append(0 if in_prefix else ntype)
         return tuple(pos), tuple(grp), tuple(typ)
+
+    def reference_layout(self, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
+        """Port of the reference's build_position_ids_attn_mask, for hints holding a [SEP] token
+        (a schema key with "[SEP]", or a prefix span cut from a text that contains "[SEP]").
+
+        The reference sends every [SEP], and the tokens after it up to the next [PREFIX]/[TYPE],
+        to the text segment, then lists positions segment by segment (cls, groups, text) rather
+        than in token order; its mask blanks whole index ranges (group: [PREFIX] .. last token of
+        its last type span; type: [TYPE] .. its last token). Reproduced here as-is.
+        """
+        if len(ids) < 2 or ids[0] != self.cls_id or ids[1] != self.prefix_id:
+            raise ValueError("a window must start with [CLS][PREFIX]")
+        groups: list[tuple[list[int], list[list[int]]]] = []
+        text: list[int] = []
+        last = self.prefix_id
+        for i, t in enumerate(ids[1:], 1):
+            if t == self.prefix_id:
+                groups.append(([i], []))
+                last = t
+            elif t == self.type_id:
+                groups[-1][1].append([i])
+                last = t
+            elif t == self.sep_id or last == self.sep_id:
+                text.append(i)
+                last = self.sep_id
+            elif last == self.prefix_id:
+                groups[-1][0].append(i)
+            else:
+                groups[-1][1][-1].append(i)
+        pos = [0]
+        for span, types in groups:
+            pos += range(1, 1 + len(span))
+            for t_span in types:
+                pos += range(1 + len(span), 1 + len(span) + len(t_span))
+        nxt = max(pos) + 1
+        pos += range(nxt, nxt + len(text))
+        grp, typ = [-1] * len(ids), [0] * len(ids)
+        for g, (span, types) in enumerate(groups):
+            if not types:
+                continue
+            for i in range(span[0], types[-1][-1] + 1):
+                grp[i] = g
+            for k, t_span in enumerate(types, 1):
+                for i in range(t_span[0], t_span[-1] + 1):
+                    typ[i] = k
+        return pos, grp, typ
 
 
 def allowed(grp_q: int, typ_q: int, grp_k: int, typ_k: int) -> bool:
