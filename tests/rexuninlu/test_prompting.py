@@ -107,3 +107,10 @@ def test_bad_schemas_are_rejected_with_the_line(schema, message):
 def test_bad_texts_are_rejected(text):
     with pytest.raises(InputError, match="line 3"):
         validate_text(text, line=3)
+
+
+def test_whitespace_only_text_still_runs_a_window_like_the_reference(rex_model):
+    from plugins.rexuninlu.pipeline import document_run
+    windows = document_run(rex_model.prompter, "\t\t", {"人物": None}).send(None)
+    assert len(windows) == 1 and windows[0].ids[-2:] == [rex_model.prompter.sep_id] * 2
+
