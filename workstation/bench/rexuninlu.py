@@ -1,88 +1,21 @@
-"""The benchmark suite: variants compared in one process on one device, outputs checked.
-
-  python3 launcher.py bench rex-batching [--weights DIR] [--docs 2000] [--device cuda] [--out FILE]
-
-Times are wall-clock around whole runs with the device synchronised; speed is only reported for
-a variant whose outputs were compared with the baseline's (a mismatch is printed, not hidden).
-Results are printed as a table and written as JSON; docs/benchmarks.md records them.
-"""
+"""RexUniNLU benchmarks: batching, the encoder's kernels and precision, end to end, the attention kernel."""
 from __future__ import annotations
 
-import argparse
-import json
-import platform
-import random
-import tempfile
-import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
 from workstation import engine
+from workstation.bench.common import (NER_SCHEMA, demo_weights, environment, mixed_texts, span_agreement, sync,
+                                      timed_run)
 from workstation.domain import Document, InputError
-
-NER_SCHEMA = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
-SENTENCES = [
-    "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "1987年首播的央视版《红楼梦》是中央电视台和中国电视剧制作中心根据中国古典文学名著《红楼梦》摄制的一部古装连续剧。",
-    "7月28日，天津泰达在德比战中以0-1负于天津天海。", "大莱龙铁路位于山东省北部环渤海地区，西起位于益羊铁路的潍坊大家洼车站，东至龙口，与龙烟铁路相连。",
-    "很满意，音质很好，发货速度快，值得购买。", "《格林童话》是德国民间故事集，由德国的雅各布·格林和威廉·格林兄弟根据民间口述材料改写而成。",
-    "学校召开2018届升学及出国深造毕业生座谈会。", "因为周围的山水，早已是一派浑然的美，你就不能再给它增加什么了。",
-]
-
-
-def mixed_texts(n: int, seed: int = 0) -> list[str]:
-    """Chinese texts of mixed length (one sentence to ~1,500 characters), deterministic."""
-    rng = random.Random(seed)
-    texts = []
-    for _ in range(n):
-        target = int(rng.choice([30, 60, 120, 250, 500, 900, 1500]) * rng.uniform(0.6, 1.2))
-        parts, size = [], 0
-        while size < target:
-            s = rng.choice(SENTENCES)
-            parts.append(s)
-            size += len(s)
-        texts.append("".join(parts)[:target])
-    return texts
-
-
-def environment(device: str) -> dict:
-    env = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
-           "python": platform.python_version(), "device": device}
-    if device.startswith("cuda"):
-        env["gpu"] = torch.cuda.get_device_name(device)
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            env["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        except Exception:                                  # noqa: BLE001 - informational only
-            pass
-    return env
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-
-
-def timed_run(model, docs, batch_size, device):
-    sync(device)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    outputs = [r.to_json()["output"] for r in model.extract(docs, batch_size=batch_size)]
-    sync(device)
-    seconds = time.perf_counter() - start
-    peak = torch.cuda.max_memory_allocated(device) if device.startswith("cuda") else None
-    return outputs, seconds, peak
-
 
 def rex_batching(args) -> dict:
     """NER documents/s: one window at a time (the reference's way) vs batched, fp32 eager."""
     device = engine.resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False           # the fp32 path is real fp32
     torch.backends.cudnn.allow_tf32 = False
-    weights = Path(args.weights) if args.weights else _demo(args, "rexuninlu")
+    weights = Path(args.weights) if args.weights else demo_weights(args, "rexuninlu")
     model = engine.load_model("rexuninlu", weights, device, "fp32")
     docs = [Document(str(i), t, NER_SCHEMA) for i, t in enumerate(mixed_texts(args.docs, args.seed))]
     timed_run(model, docs[:32], 8, device)                   # warm-up: allocator, kernels, tokenizer
@@ -104,52 +37,6 @@ def rex_batching(args) -> dict:
             "demo_weights": model.is_demo, "documents": len(docs),
             "characters": sum(len(d.text) for d in docs), "spans_in_baseline": n_spans, "rows": rows}
 
-
-def _demo(args, name: str) -> Path:
-    out = Path(tempfile.gettempdir()) / "iew-bench" / f"{name}-full"
-    if not (out / "config.json").exists():
-        engine.family(name).write_demo_weights(out, "full")
-    return out
-
-
-BENCHMARKS = {"rex-batching": rex_batching}
-
-
-def print_table(result: dict) -> None:
-    rows = result["rows"]
-    cols = list(rows[0])
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
-    print(" | ".join(c.ljust(widths[c]) for c in cols))
-    print("-|-".join("-" * widths[c] for c in cols))
-    for r in rows:
-        print(" | ".join(str(r[c]).ljust(widths[c]) for c in cols))
-
-
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python3 launcher.py bench")
-    p.add_argument("benchmark", choices=sorted(BENCHMARKS))
-    p.add_argument("--weights", default=None, help="checkpoint dir (default: full-size demo weights)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--docs", type=int, default=2000)
-    p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="JSON results file")
-    p.add_argument("--dtype", default="fp16", choices=["fp32", "fp16", "bf16"], help="seqgpt-generate")
-    p.add_argument("--new-tokens", type=int, default=128, help="seqgpt-generate: max new tokens")
-    p.add_argument("--big-batch", type=int, default=64, help="seqgpt-generate: the large greedy batch")
-    args = p.parse_args(argv)
-    result = BENCHMARKS[args.benchmark](args)
-    print(json.dumps(result["env"]))
-    print_table(result)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False), "utf-8")
-    lossless_broken = [r for r in result["rows"] if r.get("outputs_identical") is False
-                       and not str(r.get("variant", "")).startswith(("full stack", "bf16"))]
-    return 3 if lossless_broken else 0
-
-
-# ---------------------------------------------------------------- optimizations (RexUniNLU)
 
 TFLOP_PER_512_WINDOW = 0.110          # notes/performance-anchors.md §6
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "4090": 165.2, "A100": 312.0}
@@ -187,12 +74,11 @@ def full_windows(model, n: int):
 
 def rex_encoder(args) -> dict:
     """Model time per batch of 512-token windows, per variant; logits compared with fp32 eager."""
-    from plugins.rexuninlu.scoring import isolation_mask
     device = engine.resolve_device(args.device)
     if not device.startswith("cuda"):
         raise InputError("rex-encoder times CUDA kernels; run it with --device cuda")
     torch.backends.cuda.matmul.allow_tf32 = False
-    weights = Path(args.weights) if args.weights else _demo(args, "rexuninlu")
+    weights = Path(args.weights) if args.weights else demo_weights(args, "rexuninlu")
     model = engine.load_model("rexuninlu", weights, device, "fp32")
     gpu = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     peak_tflops = next((v for k, v in PEAK_BF16_TFLOPS.items() if k in gpu), None)
@@ -241,18 +127,11 @@ def rex_encoder(args) -> dict:
             "demo_weights": model.is_demo, "window_tokens": 512, "rows": rows}
 
 
-def span_agreement(a: list, b: list) -> float:
-    """Share of spans (per document, as (type, span, offset) tuples) the two runs have in common."""
-    sa = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(a) for t in o}
-    sb = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(b) for t in o}
-    return 1.0 if not sa | sb else len(sa & sb) / len(sa | sb)
-
-
 def rex_e2e(args) -> dict:
     """End-to-end NER (tokenise -> batch -> forward -> decode): fp32 one window at a time vs stacks."""
     device = engine.resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False
-    weights = Path(args.weights) if args.weights else _demo(args, "rexuninlu")
+    weights = Path(args.weights) if args.weights else demo_weights(args, "rexuninlu")
     model = engine.load_model("rexuninlu", weights, device, "fp32")
     docs = [Document(str(i), t, NER_SCHEMA) for i, t in enumerate(mixed_texts(args.docs, args.seed))]
     big = max(args.batch_sizes)
@@ -276,9 +155,6 @@ def rex_e2e(args) -> dict:
     return {"benchmark": "rex-e2e", "env": environment(device), "weights": str(weights),
             "demo_weights": model.is_demo, "documents": len(docs),
             "spans_in_baseline": sum(len(o) for o in baseline[0]), "rows": rows}
-
-
-BENCHMARKS.update({"rex-encoder": rex_encoder, "rex-e2e": rex_e2e})
 
 
 def rex_kernel(args) -> dict:
@@ -324,72 +200,5 @@ def rex_kernel(args) -> dict:
     return {"benchmark": "rex-kernel", "env": environment(device), "shape": [B, H, L, D], "rows": rows}
 
 
-BENCHMARKS["rex-kernel"] = rex_kernel
-
-
-# ---------------------------------------------------------------- SeqGPT generation
-
-def seqgpt_prompts(tokenizer, n: int, target_tokens: int = 256, seed: int = 0) -> list:
-    """n extraction prompts of the reference format, each about `target_tokens` long."""
-    from plugins.seqgpt.generation import EncodedPrompt
-    from plugins.seqgpt.prompting import prompt_text
-    rng = random.Random(seed)
-    prompts = []
-    for _ in range(n):
-        text = ""
-        while len(tokenizer(prompt_text(text, "抽取", ["人物", "地点", "组织"]))["input_ids"]) < target_tokens:
-            text += rng.choice(SENTENCES)
-        ids = tokenizer(prompt_text(text, "抽取", ["人物", "地点", "组织"]))["input_ids"]
-        prompts.append(EncodedPrompt(tuple(ids[-target_tokens:])))
-    return prompts
-
-
-def seqgpt_generate(args) -> dict:
-    """New tokens/s: our generation vs Hugging Face `generate` on the same weights, same run."""
-    from transformers import BloomForCausalLM
-    from plugins.seqgpt.generation import Batch, GenerationSettings, generate
-    device = engine.resolve_device(args.device)
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
-    weights = Path(args.weights) if args.weights else _demo(args, "seqgpt")
-    ours = engine.load_model("seqgpt", weights, device, "fp32")
-    ours.set_dtype(args.dtype)
-    hf = BloomForCausalLM.from_pretrained(str(weights), dtype=dtype).to(device).eval()
-    tok, special = ours.tokenizer, ours.special
-    rows = []
-    for label, batch, beams in [("greedy, batch 1", 1, 1), (f"greedy, batch {args.big_batch}", args.big_batch, 1),
-                                ("4-beam, batch 8", 8, 4)]:
-        prompts = seqgpt_prompts(tok, batch)
-        s = GenerationSettings(num_beams=beams, max_new_tokens=args.new_tokens,
-                               eos_token_id=special.eos, pad_token_id=special.pad)
-        b = Batch.left_padded(prompts, special.pad, device)
-
-        def run_hf():
-            out = hf.generate(input_ids=b.input_ids, attention_mask=b.attention_mask, num_beams=beams,
-                              do_sample=False, max_new_tokens=args.new_tokens, pad_token_id=special.pad,
-                              eos_token_id=special.eos)
-            return [[t for t in row.tolist() if t != special.pad][:] for row in out[:, b.input_ids.shape[1]:]]
-
-        results = {}
-        for name, fn in [("ours " + ours.knobs.attention, lambda: generate(ours.network, prompts, s, ours.knobs.attention).tokens),
-                         ("transformers generate", run_hf)]:
-            with torch.inference_mode():
-                fn()                                              # warm-up
-                sync(device)
-                start = time.perf_counter()
-                tokens = fn()
-                sync(device)
-            seconds = time.perf_counter() - start
-            tokens = [t[:t.index(special.eos)] if special.eos in t else t for t in tokens]
-            new = sum(len(t) for t in tokens)
-            results[name] = tokens
-            rows.append({"setting": label, "implementation": name, "seconds": round(seconds, 3),
-                         "new_tokens": new, "new_tokens_per_s": round(new / seconds, 1)})
-        a, h = results.values()
-        same = sum(x == y for x, y in zip(a, h))
-        rows[-2]["same_tokens_as_generate"] = f"{same}/{len(a)}"
-        rows[-1]["same_tokens_as_generate"] = "-"
-    return {"benchmark": "seqgpt-generate", "env": environment(device), "weights": str(weights),
-            "dtype": args.dtype, "prompt_tokens": 256, "max_new_tokens": args.new_tokens, "rows": rows}
-
-
-BENCHMARKS["seqgpt-generate"] = seqgpt_generate
+BENCHMARKS = {"rex-batching": rex_batching, "rex-encoder": rex_encoder, "rex-e2e": rex_e2e,
+              "rex-kernel": rex_kernel}

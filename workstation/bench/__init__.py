@@ -1,0 +1,53 @@
+"""The benchmark suite: variants compared in one process on one device, outputs checked.
+
+  python3 launcher.py bench NAME [--weights DIR] [--device cuda] [--out FILE]   (NAME: see BENCHMARKS)
+
+Times are wall-clock around whole runs with the device synchronised; speed is only reported for
+a variant whose outputs were compared with the baseline's (a mismatch is printed, not hidden).
+Results are printed as a table and written as JSON; docs/benchmarks.md records them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from workstation.bench import rexuninlu, seqgpt
+
+# One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
+BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS}
+
+
+def print_table(result: dict) -> None:
+    rows = result["rows"]
+    cols = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    print(" | ".join(c.ljust(widths[c]) for c in cols))
+    print("-|-".join("-" * widths[c] for c in cols))
+    for r in rows:
+        print(" | ".join(str(r[c]).ljust(widths[c]) for c in cols))
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python3 launcher.py bench")
+    p.add_argument("benchmark", choices=sorted(BENCHMARKS))
+    p.add_argument("--weights", default=None, help="checkpoint dir (default: full-size demo weights)")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--docs", type=int, default=2000)
+    p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="JSON results file")
+    p.add_argument("--dtype", default="fp16", choices=["fp32", "fp16", "bf16"], help="seqgpt-generate")
+    p.add_argument("--new-tokens", type=int, default=128, help="seqgpt-generate: max new tokens")
+    p.add_argument("--big-batch", type=int, default=64, help="seqgpt-generate: the large greedy batch")
+    args = p.parse_args(argv)
+    result = BENCHMARKS[args.benchmark](args)
+    print(json.dumps(result["env"]))
+    print_table(result)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, ensure_ascii=False), "utf-8")
+    lossless_broken = [r for r in result["rows"] if r.get("outputs_identical") is False
+                       and not str(r.get("variant", "")).startswith(("full stack", "bf16"))]
+    return 3 if lossless_broken else 0
+
