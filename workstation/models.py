@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from workstation.domain import Document, Result
+from workstation.domain import Document, InputError, Result
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,11 @@ class ModelFamily(ABC):
     @abstractmethod
     def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
         """Write random-weight checkpoints of the real architecture ("full" or "tiny") and return the dir."""
+
+    def validate_gold(self, document: Document, output: Any) -> list:
+        """A corrected result (our `output` shape) fit to train on: raise InputError naming the problem
+        and document.line. Families override this with their own rules (schema paths, label sets)."""
+        raise InputError(f"{self.name} cannot take gold examples", document.line)
 
     def is_demo(self, weights: Path) -> bool:
         return (Path(weights) / DEMO_MARKER).exists()

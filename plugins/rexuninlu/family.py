@@ -65,6 +65,11 @@ class RexUniNLU(ModelFamily):
             raise InputError("no schema: give \"schema\" in the line or --schema", document.line)
         validate_schema(document.schema, document.line)
 
+    def validate_gold(self, document: Document, output) -> list:
+        from plugins.rexuninlu.training import validate_gold
+        self.validate(document)
+        return validate_gold(output, document.text, document.schema, document.line)
+
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedRex":
         network, _ = loading.load_model(Path(weights))
         model = LoadedRex(self, Path(weights), device, loading.load_tokenizer(Path(weights)), network.to(device))
