@@ -12,10 +12,10 @@ import argparse
 import json
 from pathlib import Path
 
-from workstation.bench import rexuninlu, seqgpt
+from workstation.bench import memory, rexuninlu, seqgpt
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
-BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS}
+BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **memory.BENCHMARKS}
 
 
 def print_table(result: dict) -> None:
@@ -40,6 +40,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--dtype", default="fp16", choices=["fp32", "fp16", "bf16"], help="seqgpt-generate")
     p.add_argument("--new-tokens", type=int, default=128, help="seqgpt-generate: max new tokens")
     p.add_argument("--big-batch", type=int, default=64, help="seqgpt-generate: the large greedy batch")
+    p.add_argument("--batches", type=int, default=1000, help="memory-pool: random-shape batches per variant")
     args = p.parse_args(argv)
     result = BENCHMARKS[args.benchmark](args)
     print(json.dumps(result["env"]))
