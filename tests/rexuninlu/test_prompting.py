@@ -114,3 +114,24 @@ def test_whitespace_only_text_still_runs_a_window_like_the_reference(rex_model):
     windows = document_run(rex_model.prompter, "\t\t", {"人物": None}).send(None)
     assert len(windows) == 1 and windows[0].ids[-2:] == [rex_model.prompter.sep_id] * 2
 
+
+
+def test_sep_inside_a_hint_follows_the_reference_segment_layout(prompter):
+    # Schema key "a[SEP]b": the reference sends the [SEP] and the tokens after it (until the next
+    # [TYPE]) to the text segment, lists positions segment by segment, and blanks index ranges.
+    a, b, c, t1, t2 = (prompter.tok.convert_tokens_to_ids(x) for x in "甲乙丙丁戊")
+    cls, pre, typ, sep = prompter.cls_id, prompter.prefix_id, prompter.type_id, prompter.sep_id
+    ids = [cls, pre, typ, a, sep, b, typ, c, sep, t1, t2, sep]
+    pos, grp, types = prompter.layout(ids)
+    assert pos == [0, 1, 2, 3, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert grp == [-1, 0, 0, 0, 0, 0, 0, 0, -1, -1, -1, -1]
+    assert types == [0, 0, 1, 1, 0, 0, 2, 2, 0, 0, 0, 0]
+
+
+def test_schema_key_holding_sep_runs_through_the_reference_layout(rex_model, monkeypatch):
+    from workstation.domain import Document
+    calls = []
+    original = Prompter.reference_layout
+    monkeypatch.setattr(Prompter, "reference_layout", lambda self, ids: calls.append(ids) or original(self, ids))
+    result = next(rex_model.extract([Document("1", "张三在北京工作。", {"人物[SEP]地点": None, "组织": None})]))
+    assert calls and result.document_id == "1"
