@@ -160,6 +160,73 @@ INSERT INTO document_search (rowid, body)
 """)
 
 
+# Gold examples keep their own text and output: a correction never edits the run it came from, and
+# deleting that run only unlinks the example. Dataset names are unique per model.
+@migration
+def m003_datasets_and_training_runs(conn: Connection) -> None:
+    _run(conn, """
+CREATE TABLE IF NOT EXISTS datasets (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    model TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    note TEXT,
+    UNIQUE (model, name)
+)
+
+CREATE TABLE IF NOT EXISTS gold_examples (
+    id INTEGER PRIMARY KEY,
+    dataset_id INTEGER NOT NULL REFERENCES datasets (id) ON DELETE CASCADE,
+    doc_id TEXT NOT NULL,
+    text TEXT NOT NULL,
+    schema TEXT,
+    task TEXT,
+    labels TEXT,
+    output TEXT NOT NULL,
+    source TEXT NOT NULL,
+    run_id INTEGER REFERENCES runs (id) ON DELETE SET NULL,
+    document_id INTEGER REFERENCES documents (id) ON DELETE SET NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+)
+
+CREATE INDEX IF NOT EXISTS ix_gold_examples_dataset ON gold_examples (dataset_id, id)
+
+CREATE INDEX IF NOT EXISTS ix_gold_examples_document ON gold_examples (document_id)
+
+CREATE TABLE IF NOT EXISTS training_runs (
+    id INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    source TEXT NOT NULL CHECK (source IN ('ui', 'cli')),
+    model TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'cancelling', 'completed', 'cancelled', 'failed')),
+    base_weights TEXT NOT NULL,
+    output_dir TEXT NOT NULL,
+    train_dataset_id INTEGER REFERENCES datasets (id) ON DELETE SET NULL,
+    eval_dataset_id INTEGER REFERENCES datasets (id) ON DELETE SET NULL,
+    datasets TEXT NOT NULL,
+    args TEXT NOT NULL,
+    pid INTEGER,
+    host TEXT,
+    events_path TEXT,
+    log_path TEXT,
+    step INTEGER,
+    total_steps INTEGER,
+    loss TEXT,
+    evaluation_before TEXT,
+    evaluation_after TEXT,
+    evaluation_epochs TEXT,
+    error TEXT,
+    started_at TEXT,
+    finished_at TEXT
+)
+
+CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created_at)
+""")
+
+
 class SchemaTooNew(RuntimeError):
     pass
 

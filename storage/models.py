@@ -1,4 +1,4 @@
-"""The tables of the run history and the batch-job queue (SQLAlchemy 2.0 declarative).
+"""The tables of the run history, the batch-job queue, gold datasets and fine-tuning runs (SQLAlchemy 2.0).
 
 These classes describe the schema at head; `storage.migrations` creates and upgrades it with plain
 SQL, and a test checks the two agree. The UI never sees these objects: the repository turns them
@@ -149,3 +149,77 @@ class JobItemRecord(Base):
     result: Mapped[dict[str, Any] | None]
 
     job: Mapped[JobRecord] = relationship(back_populates="items")
+
+
+class DatasetRecord(Base):
+    """A named set of gold examples for one model (RexUniNLU examples carry a schema, SeqGPT ones task + labels)."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str]
+    model: Mapped[str]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    note: Mapped[str | None] = mapped_column(Text)
+
+    examples: Mapped[list[GoldExampleRecord]] = relationship(
+        back_populates="dataset", order_by="GoldExampleRecord.id", cascade="all, delete-orphan",
+        passive_deletes=True)
+
+
+class GoldExampleRecord(Base):
+    """One training example: its own copy of the text and the corrected output, never the run's rows.
+
+    run_id / document_id say where it came from; deleting that run leaves the example (the links go NULL).
+    """
+
+    __tablename__ = "gold_examples"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    doc_id: Mapped[str]
+    text: Mapped[str] = mapped_column(Text)
+    schema: Mapped[dict[str, Any] | None]
+    task: Mapped[str | None]
+    labels: Mapped[list[Any] | None]
+    output: Mapped[list[Any]]                             # gold tuples: [[{"type","span","offset"}, ...], ...]
+    source: Mapped[str]                                   # 'history' | 'jsonl' | 'label-studio' | 'doccano'
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("runs.id", ondelete="SET NULL"))
+    document_id: Mapped[int | None] = mapped_column(ForeignKey("documents.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+    dataset: Mapped[DatasetRecord] = relationship(back_populates="examples")
+
+
+class TrainingRunRecord(Base):
+    """A fine-tuning run (from the UI or the CLI): what it trained on, how, and how it evaluated."""
+
+    __tablename__ = "training_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    updated_at: Mapped[datetime]
+    source: Mapped[str]                                   # 'ui' | 'cli'
+    model: Mapped[str]
+    status: Mapped[str]                                   # running | cancelling | completed | cancelled | failed
+    base_weights: Mapped[str]
+    output_dir: Mapped[str]
+    train_dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
+    eval_dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
+    datasets: Mapped[dict[str, Any]]                      # {"train": {...}, "eval": {...}} as they were at the start
+    args: Mapped[list[Any]]                               # the `launcher.py finetune` arguments
+    pid: Mapped[int | None]
+    host: Mapped[str | None]
+    events_path: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str | None] = mapped_column(Text)
+    step: Mapped[int | None]
+    total_steps: Mapped[int | None]
+    loss: Mapped[list[Any] | None]                        # [[step, loss], ...]
+    evaluation_before: Mapped[dict[str, Any] | None]
+    evaluation_after: Mapped[dict[str, Any] | None]
+    evaluation_epochs: Mapped[list[Any] | None]           # the "eval" events of phase "epoch"
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]

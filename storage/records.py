@@ -7,8 +7,9 @@ from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from storage.models import DocumentRecord, JobRecord, ResultRecord, RunRecord, utcnow
-from storage.views import JobStatus, RunSummary
+from storage.models import (DatasetRecord, DocumentRecord, GoldExampleRecord, JobRecord, ResultRecord, RunRecord,
+                            TrainingRunRecord, utcnow)
+from storage.views import Dataset, GoldExample, JobStatus, RunSummary, TrainingRun
 from workstation.domain import Document, Result
 
 if TYPE_CHECKING:
@@ -111,3 +112,20 @@ def job_status(j: JobRecord) -> JobStatus:
                      list(j.optimizations or []), dict(j.options or {}), j.total, j.done, j.docs_per_second,
                      j.wall_seconds, j.error, j.owner, j.created_at, j.updated_at, j.started_at, j.heartbeat_at,
                      j.finished_at, j.run_id)
+
+
+def dataset_view(d: DatasetRecord, examples: int) -> Dataset:
+    return Dataset(d.id, d.name, d.model, examples, d.created_at, d.updated_at, d.note)
+
+
+def gold_example_view(g: GoldExampleRecord) -> GoldExample:
+    return GoldExample(g.id, g.dataset_id, g.doc_id, g.text, g.schema, g.task, g.labels, list(g.output), g.source,
+                       g.run_id, g.document_id, g.created_at, g.updated_at)
+
+
+def training_run_view(t: TrainingRunRecord) -> TrainingRun:
+    return TrainingRun(t.id, t.created_at, t.updated_at, t.source, t.model, t.status, t.base_weights, t.output_dir,
+                       t.train_dataset_id, t.eval_dataset_id, dict(t.datasets or {}), list(t.args or []), t.pid,
+                       t.host, t.events_path, t.log_path, t.step, t.total_steps, list(t.loss or []),
+                       t.evaluation_before, t.evaluation_after, list(t.evaluation_epochs or []), t.error,
+                       t.started_at, t.finished_at)

@@ -1,8 +1,10 @@
-"""The store: what the UI, the CLI and the batch worker ask of the run history and the job queue.
+"""The store: what the UI, the CLI and the batch worker ask of the run history, the job queue, the gold
+datasets and the fine-tuning runs.
 
 Every method opens and closes its own session and returns plain dataclasses (`storage.views`), so a
 Streamlit rerun or a worker thread never holds a session or an ORM object. Every query is a SQLAlchemy
-expression with bound parameters. The job methods live in `storage.jobs_queue`.
+expression with bound parameters. The job methods live in `storage.jobs_queue`, the gold datasets in
+`storage.datasets`, the fine-tuning runs in `storage.training`.
 
 The CLI records a run with ``open_store(path).record_run(report, documents, "cli", task)`` — or
 `record_cli_run`, which also closes the store.
@@ -19,21 +21,24 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from storage import migrations
 from storage.database import WRITE, create_sqlite_engine
+from storage.datasets import GoldDatasets
 from storage.jobs_queue import JobQueue
 from storage.models import DocumentRecord, RunRecord
 from storage.records import SOURCES, run_record, run_summary, stored_document, stored_result, weights_checksum
-from storage.views import (DocumentComparison, JobStatus, NotFound, RunComparison, RunDetail, RunSummary,
-                           SpanKey, span_key)
+from storage.training import TrainingLog
+from storage.views import (Dataset, DocumentComparison, GoldExample, JobStatus, NotFound, RunComparison, RunDetail,
+                           RunSummary, SpanKey, TrainingRun, span_key)
 from workstation.domain import Document, Result
 
 if TYPE_CHECKING:
     from workstation.engine import RunReport
 
 __all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "RunComparison",
-           "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "SOURCES", "weights_checksum"]
+           "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "SOURCES", "weights_checksum",
+           "Dataset", "GoldExample", "TrainingRun"]
 
 
-class Store(JobQueue):
+class Store(JobQueue, GoldDatasets, TrainingLog):
     def __init__(self, path: str | Path, migrate: bool = True):
         self.path = Path(path)
         self.engine = create_sqlite_engine(self.path)

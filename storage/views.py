@@ -129,3 +129,86 @@ class JobStatus:
     @property
     def finished(self) -> bool:
         return self.status not in UNFINISHED
+
+
+@dataclass(frozen=True)
+class Dataset:
+    id: int
+    name: str
+    model: str
+    examples: int
+    created_at: datetime
+    updated_at: datetime
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class GoldExample:
+    id: int
+    dataset_id: int
+    doc_id: str
+    text: str
+    schema: dict[str, Any] | None
+    task: str | None
+    labels: list[str] | None
+    output: list[list[dict[str, Any]]]     # [[{"type", "span", "offset": [start, end] | None}, ...], ...]
+    source: str                            # 'history' | 'jsonl' | 'label-studio' | 'doccano'
+    run_id: int | None                     # the run and stored document it was corrected from, if any
+    document_id: int | None
+    created_at: datetime
+    updated_at: datetime
+
+    def document(self) -> Document:
+        return Document(self.doc_id, self.text, self.schema, self.task, self.labels)
+
+    def gold_line(self) -> dict[str, Any]:
+        """The line `launcher.py finetune --train` reads: {id, text, schema, output} or {id, text, task, labels, output}."""
+        line: dict[str, Any] = {"id": self.doc_id, "text": self.text}
+        if self.schema is not None:
+            line["schema"] = self.schema
+        if self.task is not None or self.labels is not None:
+            line["task"], line["labels"] = self.task, self.labels
+        line["output"] = self.output
+        return line
+
+
+TRAINING_STATUSES = ("running", "cancelling", "completed", "cancelled", "failed")
+TRAINING_UNFINISHED = ("running", "cancelling")
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    id: int
+    created_at: datetime
+    updated_at: datetime
+    source: str                            # 'ui' | 'cli'
+    model: str
+    status: str                            # running | cancelling | completed | cancelled | failed
+    base_weights: str
+    output_dir: str
+    train_dataset_id: int | None
+    eval_dataset_id: int | None
+    datasets: dict[str, Any]
+    args: list[str]
+    pid: int | None
+    host: str | None
+    events_path: str | None
+    log_path: str | None
+    step: int | None
+    total_steps: int | None
+    loss: list[list[float]]                # [[step, loss], ...]
+    evaluation_before: dict[str, Any] | None
+    evaluation_after: dict[str, Any] | None
+    evaluation_epochs: list[dict[str, Any]]
+    error: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in TRAINING_UNFINISHED
+
+    @property
+    def train_name(self) -> str:
+        train = self.datasets.get("train") or {}
+        return str(train.get("name") or train.get("path") or "?")
