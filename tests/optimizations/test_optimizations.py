@@ -57,6 +57,31 @@ def test_shape_buckets_for_graph_capture_are_lossless(fresh_rex):
     assert outputs(fresh_rex, docs, 3) == baseline
 
 
+def test_graphs_are_captured_largest_bucket_first_and_blank_batches_change_nothing(fresh_rex, monkeypatch):
+    """The first capture is the largest bucket (rows for the batch size, full length) so later graphs
+    reuse its freed blocks in the shared pool; the padding-only batch used for it scores no window."""
+    from plugins.rexuninlu import scoring
+    captured = []
+
+    class Recorder:
+        def __init__(self, network, example, siblings):
+            captured.append(tuple(example.ids.shape))
+            self.out = scoring.run_network(network, example)
+    monkeypatch.setattr(scoring, "CapturedForward", Recorder)
+    fresh_rex.knobs.cuda_graphs = True
+    scorer = fresh_rex.scorer
+    scorer.batch_rows = 6
+    from plugins.rexuninlu.pipeline import document_run
+    windows = [document_run(fresh_rex.prompter, d.text, d.schema).send(None)[0] for d in mixed_documents(3, seed=9)]
+    small = scorer.pack([[w] for w in windows[:2]])
+    scorer.graph_for(small)
+    scorer.graph_for(small)
+    assert captured == [(8, 512), tuple(small.ids.shape)]
+    blank = scorer.blank(2, 64)
+    assert not blank.valid.any() and blank.ids.shape == (2, 64)
+    assert scorer.readable_links(scoring.run_network(fresh_rex.network, blank), blank).numel() == 0
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex):
     from plugins.rexuninlu.pipeline import document_run
     from plugins.rexuninlu.scoring import isolation_mask
@@ -66,6 +91,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex):
 
     def grads(checkpointing):
         net.zero_grad()
+        torch.manual_seed(0)                    # the same dropout masks in both runs
         net.train()
         net.plm.encoder.checkpointing = checkpointing
         net(p.ids, p.positions, isolation_mask(p), p.valid).square().mean().backward()
