@@ -15,7 +15,7 @@ from storage.views import TRAINING_STATUSES, NotFound, TrainingRun
 
 TRAINING_SOURCES = ("ui", "cli")
 # What `update_training_run` may change (the rest is fixed when the run is created).
-UPDATABLE = ("status", "args", "pid", "host", "events_path", "log_path", "step", "total_steps", "loss",
+UPDATABLE = ("status", "args", "datasets", "pid", "host", "events_path", "log_path", "step", "total_steps", "loss",
              "evaluation_before", "evaluation_after", "evaluation_epochs", "error", "started_at", "finished_at")
 
 

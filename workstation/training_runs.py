@@ -1,0 +1,541 @@
+"""Fine-tuning runs started from the UI: the trainer subprocess, its events file, its row in the store.
+
+The trainer is `launcher.py finetune ... --events EVENTS.jsonl` in a process of its own (its own session,
+so neither a UI restart nor a Ctrl-C in the UI's terminal stops it). It appends one JSON object per line:
+
+    {"event": "start", "time", "model", "device", "total_steps", "epochs", "examples", "documents"}
+    {"event": "step", "step", "epoch", "loss", "lr", "seconds", "gpu_allocated_MiB", "gpu_peak_MiB"}
+    {"event": "eval", "phase": "before" | "epoch" | "after", "epoch", "step", "overall", "per_type"}
+    {"event": "checkpoint", "step", "path"}
+    {"event": "done", "status": "completed" | "cancelled" | "failed", "output", "error", "evaluation"}
+
+`TrainingLauncher` writes the datasets as gold JSONL, starts the process, reads the file incrementally
+(a line still being written waits for the next poll), folds the events into `TrainingProgress`, and
+mirrors status, progress, loss and evaluations into the `training_runs` table. Cancel sends SIGTERM (the
+trainer finishes its step, saves a resumable checkpoint and exits "cancelled", code 130); resume starts
+the same arguments again with --resume. A process that exits without a "done" event is marked failed
+with the end of its log.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from storage.datasets import export_dataset
+from storage.views import TrainingRun
+from workstation.domain import InputError
+from workstation.settings import ROOT, Settings
+
+# Inference optimizations that also act in training (workstation/finetune.py refuses the others).
+TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
+TRAINING_DTYPES = ("fp32", "bf16")
+LOG_TAIL_LINES = 15
+
+
+def default_command() -> list[str]:
+    """The trainer: this Python (the repo's venv) running the repo's launcher."""
+    return [sys.executable, str(ROOT / "launcher.py"), "finetune"]
+
+
+def data_dir(settings: Settings) -> Path:
+    """Where the workstation keeps its files: the folder of the history database."""
+    return settings.path(settings.database).parent
+
+
+def slug(text: str) -> str:
+    """A folder-name-safe version of a dataset name (letters of any script stay)."""
+    return re.sub(r"[^\w.-]+", "-", text.strip(), flags=re.UNICODE).strip("-.")[:60] or "dataset"
+
+
+def default_output(settings: Settings, model: str, dataset_name: str, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return data_dir(settings) / "finetuned" / f"{model}-{slug(dataset_name)}-{stamp}"
+
+
+# ---- the weights a model can run on or start training from ----------------------------------------------------
+
+@dataclass(frozen=True)
+class WeightChoice:
+    path: Path
+    title: str
+    kind: str                                # "configured" | "demo" | "finetuned"
+    training_run: int | None = None
+
+
+def weight_choices(settings: Settings, store, model: str) -> list[WeightChoice]:
+    """settings.toml's weights (or the demo ones when none are configured), the demo weights if present,
+    then every completed fine-tune of this model whose output is still on disk, newest first."""
+    choices: list[WeightChoice] = []
+    configured = settings.model(model).weights
+    if configured:
+        choices.append(WeightChoice(settings.path(configured), "configured in settings.toml", "configured"))
+    demo = settings.path(settings.demo_weights_dir) / f"{model}-{settings.demo_size()}"
+    if not configured or demo.is_dir():
+        choices.append(WeightChoice(demo, "demo weights (random)", "demo"))
+    if store is not None:
+        for run in store.list_training_runs(model=model, status="completed"):
+            if Path(run.output_dir).is_dir():
+                when = run.finished_at or run.created_at
+                choices.append(WeightChoice(Path(run.output_dir),
+                                            f"fine-tune #{run.id} on {run.train_name} ({when.astimezone():%Y-%m-%d %H:%M})",
+                                            "finetuned", run.id))
+    return choices
+
+
+# ---- the request -----------------------------------------------------------------------------------------------
+
+@dataclass
+class FinetuneRequest:
+    model: str
+    weights: Path
+    train_dataset: int
+    output: Path
+    eval_dataset: int | None = None
+    dev_ratio: float = 0.0              # > 0: hold out this share of the training dataset for evaluation
+    split_seed: int = 0
+    epochs: int = 3
+    batch_size: int = 8
+    lr: float = 2e-5
+    dtype: str = "fp32"
+    device: str = "auto"
+    optimizations: tuple[str, ...] = ()
+    seed: int = 0
+
+    def check(self) -> None:
+        for name, value in (("epochs", self.epochs), ("batch size", self.batch_size)):
+            if int(value) < 1:
+                raise InputError(f"{name} must be at least 1, got {value}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise InputError(f"the learning rate must be a positive number, got {self.lr}")
+        if self.dtype not in TRAINING_DTYPES:
+            raise InputError(f"training precision is one of {', '.join(TRAINING_DTYPES)}, not {self.dtype!r}")
+        if self.dtype == "bf16" and self.device == "cpu":
+            raise InputError("bf16 training needs a CUDA device; on the CPU train in fp32")
+        refused = [o for o in self.optimizations if o not in TRAINING_OPTIMIZATIONS]
+        if refused:
+            raise InputError(f"{', '.join(refused)} do not apply to fine-tuning; use {', '.join(TRAINING_OPTIMIZATIONS)}")
+        if self.eval_dataset is not None and self.dev_ratio:
+            raise InputError("evaluate on another dataset or on a held-out share of the training data, not both")
+        if not Path(self.weights).is_dir():
+            raise InputError(f"base weights {self.weights} are not a directory")
+        output = Path(self.output)
+        if output.resolve() == Path(self.weights).resolve():
+            raise InputError("the output directory must differ from the base weights; those are kept as they are")
+        if output.exists() and any(output.iterdir()):
+            raise InputError(f"{output} is not empty: choose a new output directory (or resume the run that wrote it)")
+
+    def argv(self, train: Path, evaluation: Path | None, events: Path) -> list[str]:
+        """The `launcher.py finetune` arguments (workstation/finetune.py's parser: --optimizations takes names
+        separated by spaces)."""
+        args = ["--model", self.model, "--weights", str(self.weights), "--train", str(train),
+                "--output", str(self.output), "--epochs", str(int(self.epochs)),
+                "--batch-size", str(int(self.batch_size)), "--lr", repr(float(self.lr)), "--dtype", self.dtype,
+                "--device", self.device, "--seed", str(int(self.seed)), "--events", str(events)]
+        if evaluation is not None:
+            args += ["--eval", str(evaluation)]
+        if self.optimizations:
+            args += ["--optimizations", *self.optimizations]
+        return args
+
+
+# ---- reading the events ------------------------------------------------------------------------------------------
+
+class EventReader:
+    """Reads the lines appended to an events file since the last call. A last line without its newline is
+    still being written: it waits for the next call. A line that is not JSON is counted and skipped."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.malformed = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        complete = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        events = []
+        for raw in complete.splitlines():
+            if not raw.strip():
+                continue
+            try:
+                event = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                self.malformed += 1
+                continue
+            if isinstance(event, dict) and "event" in event:
+                events.append(event)
+            else:
+                self.malformed += 1
+        return events
+
+
+@dataclass
+class TrainingProgress:
+    """Everything the events have said so far, across sessions (a resumed run appends a new "start")."""
+
+    start: dict[str, Any] | None = None
+    steps: dict[int, dict[str, Any]] = field(default_factory=dict)     # step -> its event (a redone step replaces)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    done: dict[str, Any] | None = None
+    sessions: int = 0
+    session_first_step: int | None = None          # the step count when this session's first step began
+
+    def feed(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "start":
+            self.start, self.done = event, None
+            self.sessions += 1
+            self.session_first_step = None
+        elif kind == "resume":                      # written by the launcher when it starts the run again
+            self.done = None
+        elif kind == "step" and isinstance(event.get("step"), int):
+            if self.session_first_step is None:
+                self.session_first_step = event["step"] - 1
+            self.steps[event["step"]] = event
+        elif kind == "eval":
+            phase, epoch = event.get("phase"), event.get("epoch")
+            self.evals = [e for e in self.evals if (e.get("phase"), e.get("epoch")) != (phase, epoch)] + [event]
+        elif kind == "checkpoint":
+            self.checkpoints.append(event)
+        elif kind == "done":
+            self.done = event
+
+    @property
+    def total_steps(self) -> int | None:
+        return (self.start or {}).get("total_steps")
+
+    @property
+    def step(self) -> int:
+        return max(self.steps, default=0)
+
+    @property
+    def fraction(self) -> float:
+        total = self.total_steps
+        return min(self.step / total, 1.0) if total else 0.0
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        return self.steps[self.step] if self.steps else None
+
+    def elapsed(self) -> float | None:
+        """Seconds of this session (the trainer's own clock, from the last step event)."""
+        last = self.last
+        return float(last["seconds"]) if last and isinstance(last.get("seconds"), (int, float)) else None
+
+    def eta(self) -> float | None:
+        """Seconds left at this session's pace so far."""
+        elapsed, total, last = self.elapsed(), self.total_steps, self.last
+        if not elapsed or not total or last is None or self.session_first_step is None:
+            return None
+        done = last["step"] - self.session_first_step
+        return (total - last["step"]) * elapsed / done if done > 0 else None
+
+    def eval(self, phase: str) -> dict[str, Any] | None:
+        found = [e for e in self.evals if e.get("phase") == phase]
+        return found[-1] if found else None
+
+    def epoch_evals(self) -> list[dict[str, Any]]:
+        return sorted((e for e in self.evals if e.get("phase") == "epoch"), key=lambda e: e.get("epoch") or 0)
+
+    def loss(self) -> list[list[float]]:
+        return [[s, round(float(e["loss"]), 6)] for s, e in sorted(self.steps.items())
+                if isinstance(e.get("loss"), (int, float)) and math.isfinite(e["loss"])]
+
+    def memory(self) -> list[dict[str, Any]]:
+        return [{"step": s, "allocated (MiB)": e.get("gpu_allocated_MiB"), "peak (MiB)": e.get("gpu_peak_MiB")}
+                for s, e in sorted(self.steps.items()) if e.get("gpu_allocated_MiB") is not None
+                or e.get("gpu_peak_MiB") is not None]
+
+
+def evaluation_summary(event: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the store keeps of an eval event: overall and per type (plus epoch and step)."""
+    if not event:
+        return None
+    return {k: event.get(k) for k in ("overall", "per_type", "epoch", "step") if event.get(k) is not None}
+
+
+def compare_rows(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One row per type path (overall first): P/R/F1 before and after and the change in F1."""
+    before, after = before or {}, after or {}
+    types = ["(overall)"] + sorted(set(before.get("per_type") or {}) | set(after.get("per_type") or {}))
+    rows = []
+    for t in types:
+        b = before.get("overall") if t == "(overall)" else (before.get("per_type") or {}).get(t)
+        a = after.get("overall") if t == "(overall)" else (after.get("per_type") or {}).get(t)
+        row: dict[str, Any] = {"type": t}
+        for side, m in (("before", b), ("after", a)):
+            for k in ("precision", "recall", "f1"):
+                row[f"{k[0].upper()} {side}"] = (m or {}).get(k)
+        row["gold"] = (a or b or {}).get("gold")
+        row["ΔF1"] = (a["f1"] - b["f1"]) if a and b and a.get("f1") is not None and b.get("f1") is not None else None
+        rows.append(row)
+    return rows
+
+
+# ---- processes --------------------------------------------------------------------------------------------------
+
+def pid_alive(pid: int, marker: str | None = None) -> bool:
+    """Is `pid` running (and, where /proc shows command lines, is it the process whose arguments hold `marker`)?"""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path(f"/proc/{pid}")
+    if proc.is_dir():
+        try:
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return False                        # exited, waiting for its parent to collect it
+            if marker and marker.encode() not in (proc / "cmdline").read_bytes():
+                return False                        # the pid was reused by another program
+        except (OSError, IndexError):
+            pass
+    return True
+
+
+def log_tail(path: str | Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    if not path:
+        return ""
+    try:
+        text = Path(path).read_text("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class TrainingLauncher:
+    """Start, watch, cancel and resume fine-tuning processes; keep their rows in the store up to date.
+
+    One per UI process (st.cache_resource). Any process can watch a run (the events file and the pid are
+    in the row), so a restarted UI picks up a run that is still going.
+    """
+
+    def __init__(self, store, runs_dir: Path, command: Sequence[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.store = store
+        self.runs_dir = Path(runs_dir)
+        self.command = list(command) if command is not None else default_command()
+        self.env = env
+        self._processes: dict[int, subprocess.Popen] = {}
+        self._progress: dict[int, tuple[EventReader, TrainingProgress]] = {}
+        self._lock = threading.Lock()
+
+    # ---- start, cancel, resume ----------------------------------------------------------------------
+
+    def start(self, request: FinetuneRequest) -> int:
+        """Write the data, record the run, start the trainer. InputError: nothing was started."""
+        request.check()
+        train_set = self.store.get_dataset(request.train_dataset)
+        if train_set.model != request.model:
+            raise InputError(f"dataset {train_set.name!r} holds {train_set.model} examples, not {request.model}")
+        if not train_set.examples:
+            raise InputError(f"dataset {train_set.name!r} has no examples yet")
+        eval_set = self.store.get_dataset(request.eval_dataset) if request.eval_dataset is not None else None
+        if eval_set is not None and (eval_set.model != request.model or not eval_set.examples):
+            raise InputError(f"evaluation dataset {eval_set.name!r} is empty or holds {eval_set.model} examples")
+        datasets: dict[str, Any] = {"train": {"id": train_set.id, "name": train_set.name,
+                                              "examples": train_set.examples}}
+        run_id = self.store.create_training_run(
+            request.model, str(request.weights), str(request.output), [], source="ui", datasets=datasets,
+            train_dataset_id=train_set.id, eval_dataset_id=eval_set.id if eval_set else None)
+        folder = self.runs_dir / str(run_id)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            exported = export_dataset(self.store, train_set.id, folder / "train.jsonl", folder / "dev.jsonl",
+                                      request.dev_ratio, request.split_seed)
+            datasets["train"]["examples"] = exported.train_examples
+            evaluation = exported.dev
+            if exported.dev is not None:
+                datasets["eval"] = {"split_of": train_set.name, "share": request.dev_ratio,
+                                    "seed": request.split_seed, "examples": exported.dev_examples}
+            elif eval_set is not None:
+                evaluation = export_dataset(self.store, eval_set.id, folder / "eval.jsonl").train
+                datasets["eval"] = {"id": eval_set.id, "name": eval_set.name, "examples": eval_set.examples}
+            else:
+                datasets["eval"] = {"name": "(the training data)"}
+            events = folder / "events.jsonl"
+            args = request.argv(exported.train, evaluation, events)
+        except BaseException as e:
+            self.store.update_training_run(run_id, status="failed", error=f"could not prepare the data: {e}",
+                                           finished_at=_now())
+            raise
+        self.store.update_training_run(run_id, args=args, datasets=datasets, events_path=str(events),
+                                       log_path=str(folder / "trainer.log"), started_at=_now())
+        self._spawn(run_id, args, folder / "trainer.log")
+        return run_id
+
+    def _spawn(self, run_id: int, args: list[str], log_path: Path) -> None:
+        env = dict(os.environ if self.env is None else self.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        # --no-record: this launcher records the run itself (the CLI would record it a second time).
+        with open(log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen([*self.command, "--no-record", *args], stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, cwd=ROOT, env=env, start_new_session=True)
+            except OSError as e:
+                self.store.update_training_run(run_id, status="failed", finished_at=_now(),
+                                               error=f"the trainer could not be started: {e}")
+                raise InputError(f"the trainer could not be started: {e}") from None
+        with self._lock:
+            self._processes[run_id] = proc
+        self.store.update_training_run(run_id, status="running", pid=proc.pid, host=socket.gethostname(),
+                                       error=None, finished_at=None)
+
+    def cancel(self, run_id: int) -> bool:
+        """Ask the trainer to stop after its current step (it saves a checkpoint). False if it is not running."""
+        run = self.store.get_training_run(run_id)
+        if run.status != "running" or not run.pid:
+            return False
+        proc = self._processes.get(run_id)
+        try:
+            if proc is not None:
+                if proc.poll() is not None:
+                    return False
+                proc.send_signal(signal.SIGTERM)
+            elif run.host == socket.gethostname() and pid_alive(run.pid, run.events_path):
+                os.kill(run.pid, signal.SIGTERM)
+            else:
+                return False
+        except ProcessLookupError:
+            return False
+        self.store.update_training_run(run_id, status="cancelling")
+        return True
+
+    def resume(self, run_id: int) -> bool:
+        """Start a cancelled (or failed) run again from its last checkpoint: the same arguments plus --resume."""
+        run = self.store.get_training_run(run_id)
+        if run.source != "ui" or run.status not in ("cancelled", "failed") or not run.args:
+            return False
+        self.poll(run_id)                            # read what the last session wrote
+        if run.events_path:
+            # Marks the end of the last session for every reader: its "done" no longer counts, even before
+            # the new trainer has written its "start".
+            with open(run.events_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"event": "resume", "time": _now().isoformat(timespec="seconds")}) + "\n")
+        log_path = Path(run.log_path) if run.log_path else self.runs_dir / str(run_id) / "trainer.log"
+        self._spawn(run_id, [*run.args, "--resume"], log_path)
+        return True
+
+    def forget(self, run_id: int) -> bool:
+        """Delete a finished run's record (its output directory stays)."""
+        with self._lock:
+            self._progress.pop(run_id, None)
+            self._processes.pop(run_id, None)
+        return self.store.delete_training_run(run_id)
+
+    # ---- watching ------------------------------------------------------------------------------------
+
+    def progress(self, run_id: int) -> TrainingProgress:
+        return self._state(self.store.get_training_run(run_id))[1]
+
+    def _state(self, run: TrainingRun) -> tuple[EventReader, TrainingProgress]:
+        with self._lock:
+            state = self._progress.get(run.id)
+            if state is None and run.events_path:
+                state = self._progress[run.id] = (EventReader(Path(run.events_path)), TrainingProgress())
+            return state or (EventReader(Path(os.devnull)), TrainingProgress())
+
+    def _exit_code(self, run: TrainingRun) -> tuple[bool, int | None]:
+        """(exited, exit code if known). Checked before the events are read, so every event of a process
+        that has exited is already in the file."""
+        proc = self._processes.get(run.id)
+        if proc is not None and proc.pid == run.pid:
+            code = proc.poll()
+            return code is not None, code
+        if not run.pid or run.host not in (None, socket.gethostname()):
+            return False, None                     # started elsewhere: trust its events
+        return not pid_alive(run.pid, run.events_path), None
+
+    def poll(self, run_id: int) -> tuple[TrainingRun, TrainingProgress]:
+        """Read new events into the run's progress and store what changed; notice a dead trainer."""
+        run = self.store.get_training_run(run_id)
+        reader, progress = self._state(run)
+        if run.finished:
+            for event in reader.read():
+                progress.feed(event)
+            return run, progress
+        exited, code = self._exit_code(run)
+        for event in reader.read():
+            progress.feed(event)
+        changes: dict[str, Any] = {}
+        if progress.total_steps is not None and progress.total_steps != run.total_steps:
+            changes["total_steps"] = progress.total_steps
+        if progress.steps and progress.step != run.step:
+            changes["step"] = progress.step
+            changes["loss"] = progress.loss()
+        for phase, column in (("before", "evaluation_before"), ("after", "evaluation_after")):
+            summary = evaluation_summary(progress.eval(phase))
+            if summary is not None and summary != getattr(run, column):
+                changes[column] = summary
+        epochs = [evaluation_summary(e) for e in progress.epoch_evals()]
+        if epochs != run.evaluation_epochs:
+            changes["evaluation_epochs"] = epochs
+        if progress.done is not None:
+            changes.update(self._finish(run, progress.done))
+        elif exited:
+            changes.update(self._died(run, code))
+        if changes:
+            run = self.store.update_training_run(run_id, **changes)
+        if run.finished:
+            with self._lock:
+                self._processes.pop(run_id, None)
+        return run, progress
+
+    def _finish(self, run: TrainingRun, done: dict[str, Any]) -> dict[str, Any]:
+        status = done.get("status") if done.get("status") in ("completed", "cancelled", "failed") else "failed"
+        changes: dict[str, Any] = {"status": status, "finished_at": _now(), "error": done.get("error")}
+        report = _read_json(done.get("evaluation"))
+        if report:                                  # the trainer's evaluation.json fills what events did not carry
+            for key, column in (("before", "evaluation_before"), ("after", "evaluation_after")):
+                if report.get(key) and not getattr(run, column):
+                    changes[column] = report[key]
+        if status == "failed" and not changes["error"]:
+            changes["error"] = "the trainer reported a failure" + _with_log(run.log_path)
+        return changes
+
+    def _died(self, run: TrainingRun, code: int | None) -> dict[str, Any]:
+        how = f"with exit code {code}" if code is not None and code >= 0 else \
+            f"on signal {-code}" if code is not None else "(exit code unknown)"
+        if run.status == "cancelling":
+            return {"status": "cancelled", "finished_at": _now(),
+                    "error": f"the trainer stopped {how} before it reported; it may not have saved a checkpoint"}
+        return {"status": "failed", "finished_at": _now(),
+                "error": f"the trainer exited {how} without finishing" + _with_log(run.log_path)}
+
+
+def _with_log(path: str | None) -> str:
+    tail = log_tail(path)
+    return f". The end of its log ({path}):\n{tail}" if tail else ""
+
+
+def _read_json(path: Any) -> dict[str, Any] | None:
+    if not path:
+        return None
+    try:
+        data = json.loads(Path(path).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
