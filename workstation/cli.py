@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 from workstation import engine, plugins
@@ -76,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             from workstation.bench import main as bench_main
             return bench_main(args.bench_args)
         if command == "finetune":
-            from workstation.finetune import main as finetune_main
-            return finetune_main(args.finetune_args)
+            return finetune(args.finetune_args)
     except (InputError, WeightsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if isinstance(e, InputError) else 1
@@ -169,6 +169,51 @@ def extract(args) -> int:
     if not args.no_record:
         record(s, report, valid, summary)
     return 0
+
+
+def finetune(argv: list[str]) -> int:
+    """Run the trainer; a finished run is recorded in the history database unless --no-record (which the
+    trainer never sees: the UI passes it because it records its runs itself)."""
+    from workstation.finetune import main as finetune_main
+    record_it = "--no-record" not in argv
+    argv = [a for a in argv if a != "--no-record"]
+    code = finetune_main(argv)
+    if code == 0 and record_it and not {"-h", "--help"} & set(argv):
+        record_finetune(load_settings(), argv)
+    return code
+
+
+def record_finetune(settings, argv: list[str]) -> int | None:
+    """Keep a finished CLI fine-tune in the history, from its output's evaluation.json; a failure only warns."""
+    p = argparse.ArgumentParser(add_help=False)
+    for name in ("--model", "--weights", "--train", "--eval", "--output"):
+        p.add_argument(name)
+    known, _ = p.parse_known_args(argv)
+    if not known.output:
+        return None
+    try:
+        from storage.repository import open_store
+        output = Path(known.output)
+        report_path = output / "evaluation.json"
+        report = json.loads(report_path.read_text("utf-8")) if report_path.is_file() else {}
+        training = report.get("training") or {}
+        losses = training.get("loss_per_step") or []
+        datasets = {"train": {"path": known.train or report.get("train")},
+                    "eval": {"path": known.eval or report.get("eval") or known.train}}
+        store = open_store(settings.path(settings.database))
+        try:
+            return store.create_training_run(
+                known.model or "rexuninlu", known.weights or report.get("weights") or "", str(output), argv,
+                source="cli", status="completed", datasets=datasets,
+                step=training.get("steps") or len(losses) or None, total_steps=training.get("steps") or None,
+                loss=[[i + 1, float(v)] for i, v in enumerate(losses)], evaluation_before=report.get("before"),
+                evaluation_after=report.get("after"), evaluation_epochs=report.get("epochs") or None,
+                finished_at=datetime.now(timezone.utc))
+        finally:
+            store.close()
+    except Exception as e:              # noqa: BLE001 - reported; the checkpoint is written either way
+        print(f"warning: the fine-tune was not recorded in the history ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
 
 
 def record(settings, report, documents, summary) -> None:
