@@ -41,6 +41,21 @@ class FakeFamily(ModelFamily):
         if document.schema is not None and not isinstance(document.schema, dict):
             raise InputError("the schema must be a JSON object", document.line)
 
+    def validate_gold(self, document: Document, output) -> list:
+        """Like RexUniNLU's: every span is text[start:end], every tuple a path down the schema (or a label)."""
+        self.validate(document)
+        for n, tup in enumerate(output):
+            node = document.schema if document.schema is not None else dict.fromkeys(document.labels or [])
+            for e in tup:
+                off = e.get("offset")
+                if off is not None and document.text[off[0]:off[1]] != e["span"]:
+                    raise InputError(f"output[{n}] span {e['span']!r} is not text[{off[0]}:{off[1]}]", document.line)
+                if not isinstance(node, dict) or e["type"] not in node:
+                    raise InputError(f"output[{n}] type {e['type']!r} is not in the schema at that level",
+                                     document.line)
+                node = node[e["type"]]
+        return output
+
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "FakeModel":
         if not Path(weights).is_dir():
             from workstation.domain import WeightsError

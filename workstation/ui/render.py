@@ -94,6 +94,11 @@ def tuple_text(tup: list[Span]) -> str:
     return " → ".join(f"{s.type}: {s.span}" for s in tup)
 
 
+def tuple_text_json(tup: list[dict]) -> str:
+    """The same line for a tuple in our JSON shape ({"type", "span", "offset"} elements)."""
+    return " → ".join(f"{e['type']}: {e['span']}" for e in tup)
+
+
 def tuple_rows(result: Result, limit: int = 2_000) -> list[dict]:
     """One row per tuple for a dataframe: the readable tuple, its arity and the offsets."""
     rows = []
@@ -126,3 +131,17 @@ def comparison_rows(documents, limit: int = 5_000) -> list[dict]:
         if len(rows) >= limit:
             break
     return rows[:limit]
+
+
+def covered_html(text: str, start: int | None, end: int | None, context: int = 24) -> str:
+    """What the offsets [start, end) cover, marked, with a little text either side (for re-spanning by hand)."""
+    if start is None or end is None:
+        return '<span style="opacity:0.7"><em>no position: a label, not a span of the text</em></span>'
+    if not 0 <= start < end <= len(text):
+        return (f'<span style="color:#b00020">[{start}, {end}) is not a span of this text '
+                f"(0 ≤ start &lt; end ≤ {len(text):,})</span>")
+    left, right = max(0, start - context), min(len(text), end + context)
+    return ('<span class="iew-covered" style="white-space:pre-wrap">'
+            + ("…" if left else "") + escape(text[left:start])
+            + f'<mark style="background:#ffe08a;padding:0 0.1em">{escape(text[start:end])}</mark>'
+            + escape(text[end:right]) + ("…" if right < len(text) else "") + "</span>")

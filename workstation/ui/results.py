@@ -78,13 +78,13 @@ def document_result(doc: Document, result: Result, key: str) -> None:
         st.info("Nothing extracted from this text.")
 
 
-def run_view(detail, key: str) -> None:
-    """A whole run: numbers, then one document (a picker when the run has several)."""
+def run_view(detail, key: str) -> int | None:
+    """A whole run: numbers, then one document (a picker when the run has several). Returns its position."""
     run_numbers(detail.summary)
     pairs = detail.items
     if not pairs:
         st.info("This run has no documents.")
-        return
+        return None
     index = 0
     if len(pairs) > 1:
         shown = pairs[:MAX_DOCS_LISTED]
@@ -92,6 +92,7 @@ def run_view(detail, key: str) -> None:
                              format_func=lambda i: f"{shown[i][0].id}: {shown[i][0].text[:60]}")
     doc, result = pairs[index]
     document_result(doc, result, key)
+    return index
 
 
 def comparison_view(store, a: int, b: int) -> None:

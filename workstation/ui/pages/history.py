@@ -1,4 +1,5 @@
-"""History: search runs, open one, compare two, re-run, delete, export a selection."""
+"""History: search runs, open one, compare two, re-run, delete, export a selection; correct a result into a
+gold example for fine-tuning."""
 from __future__ import annotations
 
 from datetime import datetime, time, timedelta
@@ -8,7 +9,7 @@ import streamlit as st
 
 from storage.repository import NotFound
 from workstation.domain import InputError, WeightsError
-from workstation.ui import exports, results, runs, state
+from workstation.ui import exports, gold_editor, results, runs, state
 
 PAGE_SIZE = 50
 ANY = "(any)"
@@ -85,7 +86,10 @@ if view:
     try:
         if view[0] == "open":
             st.subheader(f"Run {view[1]}")
-            results.run_view(store.get_run(view[1]), key="history")
+            detail = store.get_run(view[1])
+            position = results.run_view(detail, key="history")
+            if position is not None:
+                gold_editor.editor(store, detail, position)
         else:
             results.comparison_view(store, view[1], view[2])
     except NotFound as e:
