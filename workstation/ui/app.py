@@ -36,10 +36,26 @@ def sidebar() -> None:
         st.session_state["device"] = devices[0]
     st.sidebar.selectbox("Device", devices, key="device",
                          help="auto = the first CUDA GPU when there is one, else the CPU.")
+    weights_choice(name)
     weights, demo = state.weights_for(name)
     st.sidebar.caption(f"Weights: `{weights}`")
     if demo:
         st.warning(f"**{name}: {DEMO_NOTICE}**", icon=":material/warning:")
+
+
+def weights_choice(name: str) -> None:
+    """Once a fine-tune of this model has finished, its output can be picked for Extract, Batch and re-runs."""
+    choices = state.weight_choices(name)
+    if len(choices) < 2:
+        return
+    titles = {str(c.path): c.title for c in choices}
+    key = state.weights_key(name)
+    if st.session_state.get(key) not in titles:
+        st.session_state[key] = str(state.settings().weights_for(name)[0])
+        if st.session_state[key] not in titles:
+            st.session_state[key] = str(choices[0].path)
+    st.sidebar.selectbox("Weights", list(titles), key=key, format_func=lambda p: titles[p],
+                         help="settings.toml's weights, or the output of a finished fine-tune (Fine-tune page).")
 
 
 nav = st.navigation({
@@ -47,6 +63,10 @@ nav = st.navigation({
         st.Page(PAGES / "extract.py", title="Extract", icon=":material/manage_search:", default=True),
         st.Page(PAGES / "batch.py", title="Batch", icon=":material/inventory_2:"),
         st.Page(PAGES / "history.py", title="History", icon=":material/history:"),
+    ],
+    "Training": [
+        st.Page(PAGES / "datasets.py", title="Datasets", icon=":material/dataset:"),
+        st.Page(PAGES / "finetune.py", title="Fine-tune", icon=":material/model_training:"),
     ],
     "System": [
         st.Page(PAGES / "optimizations.py", title="Optimizations", icon=":material/tune:"),

@@ -43,9 +43,9 @@ def applicable(model, names: Sequence[str]) -> list[str]:
 
 
 def target(request: RunRequest) -> tuple[tuple, str, str, int]:
-    """(shelf key, weights, dtype, batch size) for a request, from settings.toml."""
+    """(shelf key, weights, dtype, batch size) for a request: settings.toml and the sidebar's weights."""
     s = state.settings()
-    weights, _ = s.weights_for(request.model)
+    weights, _ = state.weights_for(request.model)       # settings.toml's, or a fine-tune chosen in the sidebar
     ms = s.model(request.model)
     registry = plugins.optimizations()
     reload_set = frozenset(n for n in request.optimizations if n in registry and registry[n].switch == "reload")

@@ -17,6 +17,8 @@ from workstation.ui.shelf import ModelShelf
 
 # Tests replace this with a FakeMonitor factory; the app reads NVML.
 monitor_factory = NvmlMonitor
+# The fine-tuning process: `launcher.py finetune` (None); tests put a fake trainer here.
+trainer_command: list[str] | None = None
 HISTORY_WINDOW_S = 600
 
 
@@ -63,6 +65,19 @@ def job_runner():
     return _job_runner(str(s.path(s.database)))
 
 
+@st.cache_resource(show_spinner=False)
+def _training_launcher(db_path: str, command: tuple[str, ...] | None):
+    from workstation.training_runs import TrainingLauncher
+    return TrainingLauncher(_store(db_path), Path(db_path).parent / "training-runs",
+                            list(command) if command else None)
+
+
+def training_launcher():
+    """Starts and follows fine-tuning processes (one per UI process; the processes outlive it)."""
+    s = settings()
+    return _training_launcher(str(s.path(s.database)), tuple(trainer_command) if trainer_command else None)
+
+
 # --- per-tab choices -------------------------------------------------------------------------------
 
 def families() -> dict[str, ModelFamily]:
@@ -78,9 +93,23 @@ def current_family() -> ModelFamily | None:
     return fams.get(name) if name else None
 
 
+def weight_choices(name: str) -> list:
+    """settings.toml's (or the demo) weights, then completed fine-tunes of the model (workstation.training_runs)."""
+    from workstation.training_runs import weight_choices as choices
+    return choices(settings(), store(), name)
+
+
+def weights_key(name: str) -> str:
+    return f"weights:{name}"
+
+
 def weights_for(name: str) -> tuple[Path, bool]:
-    """(weights dir, is_demo). Demo: nothing configured, or the configured dir holds demo weights."""
+    """(weights dir, is_demo): the weights chosen in the sidebar (a fine-tune's output), else settings.toml's.
+    Demo: nothing configured, or the dir holds demo weights (a model tuned from demo weights is one too)."""
     weights, demo = settings().weights_for(name)
+    chosen = st.session_state.get(weights_key(name))
+    if chosen and chosen != str(weights) and Path(chosen).is_dir():
+        weights, demo = Path(chosen), False
     fam = families().get(name)
     return weights, demo or bool(fam and weights.exists() and fam.is_demo(weights))
 
