@@ -77,7 +77,7 @@ def main() -> int:
     while step < total:
         time.sleep(step_s)
         step += 1
-        emit({"event": "step", "step": step, "epoch": (step - 1) // per_epoch, "loss": 1.0 / step, "lr": 1e-5,
+        emit({"event": "step", "step": step, "epoch": (step - 1) // per_epoch + 1, "loss": 1.0 / step, "lr": 1e-5,
               "seconds": time.perf_counter() - started, "gpu_allocated_MiB": 100.0 + step, "gpu_peak_MiB": 200.0})
         if mode.startswith("die-after:") and step >= int(mode.split(":")[1]):
             os._exit(3)

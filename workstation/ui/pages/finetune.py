@@ -206,7 +206,7 @@ def run_panel(run, progress) -> None:
         epochs = (progress.start or {}).get("epochs")
         text = f"step {step:,} / {total:,}" if total else "starting…"
         if epoch is not None and epochs:
-            text += f" · epoch {epoch + 1} / {epochs}"
+            text += f" · epoch {epoch} / {epochs}"                 # epochs count from 1 in the events
         text += f" · elapsed {duration(progress.elapsed())}"
         if not run.finished:
             text += f" · ETA {duration(progress.eta())}"
