@@ -67,6 +67,42 @@ class LoadedModel(ABC):
         return {"model": self.family.name, "weights": str(self.weights), "device": self.device,
                 "demo": self.is_demo, "dtype": self.knobs.dtype, "attention": self.knobs.attention}
 
+    def training(self) -> "Training":
+        """What fine-tuning needs from this model (workstation/finetune.py runs the loop)."""
+        raise InputError(f"{self.family.name} cannot be fine-tuned")
+
+
+class Training(ABC):
+    """A loaded model seen by the fine-tuning loop: examples, loss, the network, the saved layout.
+
+    The loop (optimizer, schedule, checkpoints, events) is the host's; a model plugin says how a
+    gold document becomes training examples and what a micro-batch of them costs.
+    """
+
+    network: Any                          # the torch.nn.Module whose parameters are optimised
+
+    @abstractmethod
+    def examples(self, document: Document, gold: list) -> list:
+        """The training examples (windows, prompt chunks) of one validated gold document."""
+
+    @abstractmethod
+    def loss(self, batch: Sequence, autocast_dtype: Any = None) -> Any:
+        """Mean loss of a micro-batch of examples, as a scalar tensor to backpropagate.
+        autocast_dtype: a torch dtype to autocast to (CUDA bf16), None for full precision."""
+
+    @abstractmethod
+    def begin(self) -> str:
+        """Switch the network to training: train mode, gradients on, an attention kernel with a
+        backward pass, checkpointing from the knobs. Returns the attention kernel used."""
+
+    @abstractmethod
+    def end(self) -> None:
+        """Back to inference (eval mode: dropout off)."""
+
+    @abstractmethod
+    def write_official(self, output: Path) -> None:
+        """Write the network in the official checkpoint layout, which `family.load` reads strictly."""
+
 
 class ModelFamily(ABC):
     """A model plugin: its tasks, input validation, loading and demo weights."""
