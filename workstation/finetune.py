@@ -1,45 +1,60 @@
-"""`launcher.py finetune`: fine-tune RexUniNLU on gold JSONL and write a checkpoint in the official layout.
+"""`launcher.py finetune`: fine-tune a model on gold JSONL and write a checkpoint in its official layout.
 
-Training loop: AdamW, linear warm-up then linear decay, gradient accumulation, gradient clipping at
-1.0 (the HF Trainer default the reference ran with), bf16 autocast on CUDA. A checkpoint
-(model, optimizer, scheduler, step) is written after every epoch; --resume continues from the last
-one. The order of windows in epoch e is a function of (seed, e), so a resumed run is identical to
-an uninterrupted one. Evaluation runs the normal `extract` before and after training.
+One loop for every model. The model plugin supplies `model.training()` (workstation.models.Training):
+the examples of a gold document, the loss of a micro-batch, the network, the official layout.
+
+Training: AdamW, linear warm-up then linear decay, gradient accumulation, gradient clipping at 1.0
+(the HF Trainer default the reference ran with), bf16 autocast on CUDA, dropout as the checkpoint's
+config.json sets it. A checkpoint (model, optimizer, scheduler, RNG state, position in the epoch)
+is written after every epoch and every --save-every optimizer steps; --resume continues from the
+newest. The order of examples in epoch e depends only on (seed, e) and the RNG state (dropout
+masks) travels in the checkpoint, so a resumed run, also one stopped mid-epoch, ends with the same
+weights as an uninterrupted one.
+
+SIGTERM or SIGINT: the current optimizer step finishes, a checkpoint is written at that step, and
+the process exits with 130 (`--resume` continues). Evaluation runs the normal `extract` (span-level
+P/R/F1 per type) before training, after every epoch, and on the saved checkpoint reloaded strictly.
+--events PATH writes progress as JSON lines for the UI (the contract: workstation/training_events.py).
 """
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import json
 import math
 import random
+import re
 import shutil
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from workstation import engine
-from workstation.domain import Document, InputError
+from workstation.domain import Document, InputError, WeightsError
+from workstation.training_events import Cancelled, StopRequest, TrainingEvents
 
-OFFICIAL_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
-DEMO_MARKER = "RANDOM_DEMO_WEIGHTS.txt"
 # Inference optimizations that also make sense for training. precision would cast the weights
 # (training keeps fp32 master weights and autocasts: --dtype bf16); sparse-mask and memory-pool
 # change how inference batches are packed, which training does not use.
 TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
+CANCELLED_EXIT = 130
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launcher.py finetune", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="rexuninlu", help="only rexuninlu can be fine-tuned for now")
+    p.add_argument("--model", default="rexuninlu", help="rexuninlu | seqgpt")
     p.add_argument("--weights", required=True, type=Path, help="checkpoint directory to start from")
-    p.add_argument("--train", required=True, type=Path, help="JSONL: {id, text, schema, output}")
+    p.add_argument("--train", required=True, type=Path,
+                   help="JSONL: {id, text, output} plus schema (rexuninlu) or task and labels (seqgpt)")
     p.add_argument("--eval", type=Path, help="JSONL in the same format (default: the training file)")
     p.add_argument("--output", required=True, type=Path, help="directory for the fine-tuned checkpoint")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=8, help="windows per micro-batch")
+    p.add_argument("--batch-size", type=int, default=8, help="examples (windows, prompts) per micro-batch")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step")
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps for linear warm-up")
@@ -47,18 +62,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--optimizations", nargs="*", default=[], help="e.g. gradient-checkpointing")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="auto", help="cpu | cuda | auto")
+    p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUTPUT")
-    p.add_argument("--keep-checkpoints", type=int, default=2, help="epoch checkpoints kept (the newest)")
-    p.add_argument("--no-eval", action="store_true", help="skip the before/after evaluation")
+    p.add_argument("--save-every", type=int, default=0, help="also checkpoint every N optimizer steps (0: per epoch)")
+    p.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept (the newest)")
+    p.add_argument("--no-eval", action="store_true", help="skip every evaluation")
+    p.add_argument("--events", type=Path, help="append progress events (JSON lines) to this file")
+    p.add_argument("--num-beams", type=int, help="seqgpt evaluation: beams (default: the model's, 4)")
+    p.add_argument("--max-new-tokens", type=int, help="seqgpt evaluation: new tokens per prompt (default 256)")
     return p
 
 
 # ---------------------------------------------------------------- data
 
 def read_gold(path: Path, family) -> list[tuple[Document, list]]:
-    """Gold documents; every problem names its line."""
-    from plugins.rexuninlu.training import validate_gold
+    """Gold documents, each checked by its model family; every problem names its line."""
     if not Path(path).is_file():
         raise InputError(f"gold file {path} does not exist")
     out = []
@@ -71,12 +89,14 @@ def read_gold(path: Path, family) -> list[tuple[Document, list]]:
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}: malformed JSON ({e.msg} at column {e.colno})", n) from None
             if not isinstance(obj, dict) or "text" not in obj or "output" not in obj:
-                raise InputError(f"{path}: each line needs \"text\", \"schema\" and \"output\"", n)
-            doc = Document(str(obj.get("id", n)), obj["text"], obj.get("schema"), line=n)
+                raise InputError(f"{path}: each line needs \"text\" and \"output\", and what the model reads: "
+                                 "\"schema\" (rexuninlu) or \"task\" and \"labels\" (seqgpt)", n)
+            doc = Document(str(obj.get("id", n)), obj["text"], obj.get("schema"), obj.get("task"),
+                           obj.get("labels"), line=n)
             family.validate(doc)
-            if not doc.text:
+            if not isinstance(doc.text, str) or not doc.text.strip():
                 raise InputError(f"{path}: empty text has nothing to learn from", n)
-            out.append((doc, validate_gold(obj["output"], doc.text, doc.schema, n)))
+            out.append((doc, family.validate_gold(doc, obj["output"])))
     if not out:
         raise InputError(f"{path} holds no examples")
     return out
@@ -84,26 +104,51 @@ def read_gold(path: Path, family) -> list[tuple[Document, list]]:
 
 # ---------------------------------------------------------------- evaluation
 
-def _key(info) -> tuple:
-    return tuple((s.type, tuple(s.offset)) for s in info)
+OUTSIDE = "(not asked for)"       # per-type bucket of predictions under a type the document did not ask for
+
+
+def _key(info, asked: set[str]) -> tuple:
+    return tuple((s.type if s.type in asked else OUTSIDE, s.span, tuple(s.offset) if s.offset is not None else None)
+                 for s in info)
+
+
+def _asked_types(doc: Document) -> set[str]:
+    """Every type the document asks for: schema keys at any level, or the label set."""
+    if isinstance(doc.schema, dict):
+        found, stack = set(), [doc.schema]
+        while stack:
+            node = stack.pop()
+            found |= set(node)
+            stack += [sub for sub in node.values() if isinstance(sub, dict)]
+        return found
+    labels = [doc.labels] if isinstance(doc.labels, str) else list(doc.labels or [])
+    return {part.strip() for label in labels for part in re.split("[,，]", label)}
 
 
 def _gold_key(info) -> tuple:
-    return tuple((e["type"], tuple(e["offset"])) for e in info)
+    return tuple((e["type"], e["span"], tuple(e["offset"]) if e["offset"] is not None else None) for e in info)
 
 
-def evaluate(model, gold_docs, batch_size: int) -> dict:
-    """Tuple-level P/R/F1 per type path: a tuple is right when every element's type and offset match.
-    Duplicates (overlapping windows) count once."""
+def evaluate(model, gold_docs, batch_size: int, options: dict | None = None,
+             stop: StopRequest | None = None) -> dict:
+    """Tuple-level P/R/F1 per type path: a tuple is right when every element's type, span and offset
+    match (a classification label has no offset). Duplicates (overlapping windows) count once.
+    A generative model can write types nobody asked for: they count as wrong predictions, under one
+    OUTSIDE bucket. Runs on its own copy of the RNG state, so evaluating never changes what
+    training draws."""
     counts = defaultdict(lambda: [0, 0, 0])              # path -> [correct, predicted, gold]
-    results = model.extract([d for d, _ in gold_docs], batch_size=batch_size)
-    for (doc, gold), result in zip(gold_docs, results):
-        pred, true = {_key(t) for t in result.tuples}, {_gold_key(t) for t in gold}
-        for k in pred | true:
-            c = counts["/".join(t for t, _ in k)]
-            c[0] += k in pred and k in true
-            c[1] += k in pred
-            c[2] += k in true
+    device = str(model.device)
+    with torch.random.fork_rng(devices=[device] if device.startswith("cuda") else []):
+        results = model.extract([d for d, _ in gold_docs], batch_size=batch_size, **(options or {}))
+        for (doc, gold), result in zip(gold_docs, results):
+            if stop is not None:
+                stop.check()
+            pred, true = {_key(t, _asked_types(doc)) for t in result.tuples}, {_gold_key(t) for t in gold}
+            for k in pred | true:
+                c = counts["/".join(t for t, _, _ in k)]
+                c[0] += k in pred and k in true
+                c[1] += k in pred
+                c[2] += k in true
     total = [sum(c[i] for c in counts.values()) for i in range(3)]
     return {"overall": _prf(total), "per_type": {t: _prf(c) for t, c in sorted(counts.items())}}
 
@@ -117,39 +162,60 @@ def _prf(c) -> dict:
 
 # ---------------------------------------------------------------- checkpoints
 
+# Arguments a resumed run must share with the run it continues (they fix the schedule and the order).
+RUN_SHAPE = ("model", "train", "epochs", "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "seed")
+
+
+def run_shape(args) -> dict:
+    return {k: str(getattr(args, k)) for k in RUN_SHAPE}
+
+
 def last_checkpoint(output: Path) -> Path | None:
     found = sorted((d for d in (output / "checkpoints").glob("step-*") if (d / "state.pt").is_file()),
                    key=lambda d: int(d.name.split("-")[1]))
     return found[-1] if found else None
 
 
-# Arguments a resumed run must share with the run it continues (they fix the schedule and the order).
-RUN_SHAPE = ("train", "epochs", "batch_size", "grad_accum", "lr", "warmup", "weight_decay", "seed")
+def load_resume_state(args) -> dict | None:
+    """The newest checkpoint's state, after checking it belongs to a run of the same shape."""
+    ck = last_checkpoint(args.output)
+    if ck is None:
+        print(f"no checkpoint in {args.output / 'checkpoints'}: starting from the beginning")
+        return None
+    state = torch.load(ck / "state.pt", map_location="cpu", weights_only=True)
+    shape = run_shape(args)
+    changed = [k for k in RUN_SHAPE if state["run"].get(k, shape[k]) != shape[k]]
+    if changed:
+        raise InputError(f"cannot resume from {ck}: {', '.join('--' + k.replace('_', '-') for k in changed)} "
+                         "differ from the run that wrote it; use the same values or a new --output")
+    state["path"] = str(ck)
+    return state
 
 
-def save_checkpoint(output: Path, network, optimizer, scheduler, step: int, epoch: int, keep: int,
-                    shape: dict) -> Path:
-    d = output / "checkpoints" / f"step-{step}"
+def save_checkpoint(output: Path, state: dict, keep: int) -> Path:
+    d = output / "checkpoints" / f"step-{state['step']}"
     d.mkdir(parents=True, exist_ok=True)
     # Written under a temporary name first: an interrupted save never looks like a checkpoint.
-    torch.save({"model": network.state_dict(), "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(), "step": step, "epoch": epoch, "run": shape},
-               d / "state.pt.tmp")
+    torch.save(state, d / "state.pt.tmp")
     (d / "state.pt.tmp").replace(d / "state.pt")
     done = sorted((c for c in (output / "checkpoints").glob("step-*") if (c / "state.pt").is_file()),
                   key=lambda c: int(c.name.split("-")[1]))
-    for old in done[:-max(keep, 1)]:                     # a full-size one is ~1.2 GB with AdamW state
+    for old in done[:-max(keep, 1)]:                     # a full-size one is GBs with AdamW state
         shutil.rmtree(old)
     return d
 
 
-def write_official(output: Path, weights: Path, network) -> None:
-    """The layout RexUniNLU().load() reads: metadata copied, pytorch_model.bin = the plm.-prefixed state dict."""
-    for name in OFFICIAL_FILES + (DEMO_MARKER,):          # a model tuned from random weights is still a demo
-        if (weights / name).is_file():
-            shutil.copyfile(weights / name, output / name)
-    state = {k: v.detach().float().cpu().contiguous() for k, v in network.state_dict().items()}
-    torch.save(state, output / "pytorch_model.bin")
+def rng_state(device: str) -> dict:
+    state = {"cpu": torch.get_rng_state()}
+    if device.startswith("cuda"):
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: str) -> None:
+    torch.set_rng_state(state["cpu"])
+    if device.startswith("cuda") and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 # ---------------------------------------------------------------- training
@@ -162,69 +228,132 @@ def linear_schedule(optimizer, warmup_steps: int, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def train(model, examples, args, log=print) -> dict:
-    """Run the epochs from where the last checkpoint left off. Returns loss history per optimizer step."""
-    from plugins.rexuninlu.training import batch_loss
-    network, scorer = model.network, model.scorer
-    # The fused Triton kernel has no backward pass; SDPA computes the same attention and has one.
-    network.attention_backend = "sdpa" if model.attention_kernel() == "triton" else model.attention_kernel()
-    network.plm.encoder.checkpointing = model.knobs.checkpointing
+def epoch_groups(n_examples: int, args, epoch: int) -> list[list[list[int]]]:
+    """Optimizer steps of an epoch, each a list of micro-batches of example indices. The order
+    depends only on (seed, epoch), so a resumed run sees exactly the batches it would have."""
+    order = torch.randperm(n_examples, generator=torch.Generator().manual_seed(args.seed * 1000 + epoch)).tolist()
+    batches = [order[k:k + args.batch_size] for k in range(0, n_examples, args.batch_size)]
+    return [batches[g:g + args.grad_accum] for g in range(0, len(batches), args.grad_accum)]
+
+
+def steps_per_epoch(n_examples: int, args) -> int:
+    return math.ceil(math.ceil(n_examples / args.batch_size) / args.grad_accum)
+
+
+def train(training, examples: Sequence, args, device: str, events: TrainingEvents, stop: StopRequest,
+          resume: dict | None = None, evaluate_epoch: Callable[[], dict] | None = None,
+          before: dict | None = None, log=print) -> dict:
+    """Run the epochs from where `resume` left off. Raises Cancelled (after checkpointing) on a stop.
+
+    Returns the loss per optimizer step and the per-epoch evaluations. `before` (the evaluation of
+    the original weights) is kept in the checkpoints so a resumed run does not measure it again."""
+    network = training.network
+    kernel = training.begin()
     params = [q for q in network.parameters() if q.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=args.weight_decay)
-    micro = math.ceil(len(examples) / args.batch_size)
-    per_epoch = math.ceil(micro / args.grad_accum)
+    per_epoch = steps_per_epoch(len(examples), args)
     total = per_epoch * args.epochs
     scheduler = linear_schedule(optimizer, int(args.warmup * total), total)
-    step, start_epoch = 0, 0
-    shape = {k: str(getattr(args, k)) for k in RUN_SHAPE}
-    if args.resume and (ck := last_checkpoint(args.output)):
-        state = torch.load(ck / "state.pt", map_location=model.device, weights_only=True)
-        changed = [k for k in RUN_SHAPE if state["run"].get(k) != shape[k]]
-        if changed:
-            raise InputError(f"cannot resume from {ck}: {', '.join('--' + k.replace('_', '-') for k in changed)} "
-                             "differ from the run that wrote it; use the same values or a new --output")
-        network.load_state_dict(state["model"], strict=True)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step, start_epoch = state["step"], state["epoch"] + 1
-        log(f"resumed from {ck} (epoch {start_epoch}, step {step})")
+    step, first_epoch, skip, history, epoch_evals = 0, 0, 0, [], []
+    if resume is not None:
+        network.load_state_dict(resume["model"], strict=True)
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        step, first_epoch = resume["step"], resume["epoch"]
+        skip = resume.get("epoch_step", per_epoch)       # checkpoints of older runs were per epoch
+        if skip >= per_epoch:
+            first_epoch, skip = first_epoch + 1, 0
+        history, epoch_evals = list(resume.get("history", [])), list(resume.get("epoch_evals", []))
+        if "rng" in resume:
+            set_rng_state(resume["rng"], device)
+        log(f"resumed from {resume['path']} (epoch {first_epoch + 1}, step {step})")
     autocast = torch.bfloat16 if args.dtype == "bf16" else None
-    history = []
-    network.train()
-    for epoch in range(start_epoch, args.epochs):
-        # The order depends only on (seed, epoch): resuming at an epoch boundary repeats it exactly.
-        order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
-        batches = [[examples[i] for i in order[k:k + args.batch_size].tolist()]
-                   for k in range(0, len(examples), args.batch_size)]
+
+    def checkpoint(epoch: int, done_in_epoch: int) -> None:
+        state = {"model": network.state_dict(), "optimizer": optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict(), "step": step, "epoch": epoch, "epoch_step": done_in_epoch,
+                 "run": run_shape(args), "rng": rng_state(device), "history": history,
+                 "epoch_evals": epoch_evals, "before": before}
+        path = save_checkpoint(args.output, state, args.keep_checkpoints)
+        events.checkpoint(step, path)
+
+    for epoch in range(first_epoch, args.epochs):
+        groups = epoch_groups(len(examples), args, epoch)
         t0 = time.perf_counter()
-        for g in range(0, len(batches), args.grad_accum):
-            group = batches[g:g + args.grad_accum]
-            total_loss = 0.0
-            for batch in group:
-                loss = batch_loss(scorer, batch, autocast) / len(group)
+        for i in range(skip if epoch == first_epoch else 0, len(groups)):
+            lr = scheduler.get_last_lr()[0]
+            step_loss = 0.0
+            for batch in groups[i]:
+                loss = training.loss([examples[j] for j in batch], autocast) / len(groups[i])
                 loss.backward()
-                total_loss += loss.item()
+                step_loss += loss.item()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            history.append(total_loss)
-        log(f"epoch {epoch + 1}/{args.epochs}: step {step}, loss {sum(history[-per_epoch:]) / per_epoch:.4f}, "
+            history.append(step_loss)
+            events.step(step, epoch + 1, step_loss, lr)
+            if stop.is_set():
+                checkpoint(epoch, i + 1)
+                log(f"stopped at step {step}; --resume continues from here")
+                raise Cancelled()
+            if args.save_every and step % args.save_every == 0 and i + 1 < len(groups):
+                checkpoint(epoch, i + 1)
+        done = len(groups) - (skip if epoch == first_epoch else 0)
+        log(f"epoch {epoch + 1}/{args.epochs}: step {step}, loss {sum(history[-done:]) / max(done, 1):.4f}, "
             f"{time.perf_counter() - t0:.1f}s")
-        save_checkpoint(args.output, network, optimizer, scheduler, step, epoch, args.keep_checkpoints, shape)
-    network.eval()
-    return {"steps": step, "loss_per_step": history}
+        cancelled = False
+        # The last epoch is evaluated on the saved checkpoint, after the loop (same weights).
+        if evaluate_epoch is not None and epoch + 1 < args.epochs:
+            training.end()
+            try:
+                metrics = evaluate_epoch()
+                epoch_evals.append({"epoch": epoch + 1, "step": step, **metrics})
+                events.evaluation("epoch", epoch + 1, step, metrics)
+            except Cancelled:
+                cancelled = True
+            training.begin()
+        checkpoint(epoch, len(groups))
+        if cancelled or stop.is_set():
+            raise Cancelled()
+    training.end()
+    return {"steps": step, "attention": kernel, "loss_per_step": history, "epochs": epoch_evals}
+
+
+# ---------------------------------------------------------------- the command
+
+def _message(e: BaseException) -> str:
+    return str(e) if isinstance(e, (InputError, WeightsError)) else f"{type(e).__name__}: {e}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(list(argv or []))
-    if args.model != "rexuninlu":
-        raise InputError(f"fine-tuning supports --model rexuninlu only (got {args.model!r})")
+    events = TrainingEvents(args.events)
+    with StopRequest() as stop:
+        try:
+            return run(args, events, stop)
+        except Cancelled:
+            events.done("cancelled", args.output)
+            print("cancelled; `--resume` continues from the last checkpoint", file=sys.stderr)
+            return CANCELLED_EXIT
+        except KeyboardInterrupt:
+            events.done("cancelled", args.output, "interrupted again while stopping; the last checkpoint "
+                                                  "is the one before this step")
+            raise
+        except BaseException as e:
+            events.done("failed", args.output, _message(e))
+            raise
+
+
+def run(args, events: TrainingEvents, stop: StopRequest) -> int:
     for name, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size), ("--grad-accum", args.grad_accum)):
         if value < 1:
             raise InputError(f"{name} must be at least 1, got {value}")
+    if args.save_every < 0:
+        raise InputError(f"--save-every must be 0 (off) or a number of steps, got {args.save_every}")
     device = engine.resolve_device(args.device)
+    events.device = device
     if args.dtype == "bf16" and not device.startswith("cuda"):
         raise InputError("--dtype bf16 needs a CUDA device; on CPU train in fp32")
     if args.output.resolve() == args.weights.resolve():
@@ -238,28 +367,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     family = engine.family(args.model)
     train_docs = read_gold(args.train, family)
     eval_docs = read_gold(args.eval, family) if args.eval else train_docs
+    eval_options = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens))
+                    if v is not None}
     args.output.mkdir(parents=True, exist_ok=True)
+    resume = load_resume_state(args) if args.resume else None
 
     model = family.load(args.weights, device, "fp32")   # weights stay fp32; bf16 is autocast
     engine.apply_optimizations(model, args.optimizations)
-    report: dict = {"weights": str(args.weights), "train": str(args.train),
+    training = model.training()
+    examples = [ex for doc, gold in train_docs for ex in training.examples(doc, gold)]
+    if not examples:
+        raise InputError(f"{args.train}: the gold documents give no training examples")
+    print(f"{len(train_docs)} documents -> {len(examples)} training examples")
+    events.start(args.model, steps_per_epoch(len(examples), args) * args.epochs, args.epochs, len(examples),
+                 len(train_docs))
+    report: dict = {"model": args.model, "weights": str(args.weights), "train": str(args.train),
                     "eval": str(args.eval or args.train), "args": {k: str(v) for k, v in vars(args).items()}}
+    evaluate_epoch = None
     if not args.no_eval:
-        report["before"] = evaluate(model, eval_docs, args.batch_size)
+        if resume is not None and resume.get("before") is not None:
+            report["before"] = resume["before"]                 # the original weights, measured once
+        else:
+            report["before"] = evaluate(model, eval_docs, args.batch_size, eval_options, stop)
+        events.evaluation("before", None, resume["step"] if resume else 0, report["before"])
         print(f"before: {json.dumps(report['before']['overall'])}")
-
-    from plugins.rexuninlu.training import examples as build_examples
-    examples = [ex for doc, gold in train_docs for ex in build_examples(model.prompter, doc.text, doc.schema, gold)]
-    print(f"{len(train_docs)} documents -> {len(examples)} training windows")
-    report["training"] = train(model, examples, args)
-    write_official(args.output, args.weights, model.network)
+        evaluate_epoch = functools.partial(evaluate, model, eval_docs, args.batch_size, eval_options, stop)
+    report["training"] = train(training, examples, args, device, events, stop, resume, evaluate_epoch,
+                               report.get("before"))
+    report["epochs"] = report["training"].pop("epochs")
+    training.write_official(args.output)
+    training = model = evaluate_epoch = None                  # the reloaded copy needs the memory
+    if device.startswith("cuda"):
+        gc.collect()
+        torch.cuda.empty_cache()
 
     if not args.no_eval:
-        tuned = family.load(args.output, device, "fp32")   # reload: proves the saved files load strictly
-        report["after"] = evaluate(tuned, eval_docs, args.batch_size)
-        print(f"after:  {json.dumps(report['after']['overall'])}")
-        for t, m in report["after"]["per_type"].items():
+        tuned = family.load(args.output, device, "fp32")      # reload: proves the saved files load strictly
+        after = evaluate(tuned, eval_docs, args.batch_size, eval_options, stop)
+        step = report["training"]["steps"]
+        report["epochs"].append({"epoch": args.epochs, "step": step, **after})
+        report["after"] = after
+        events.evaluation("epoch", args.epochs, step, after)
+        events.evaluation("after", None, step, after)
+        print(f"after:  {json.dumps(after['overall'])}")
+        for t, m in after["per_type"].items():
             print(f"  {t}: P {m['precision']:.3f} R {m['recall']:.3f} F1 {m['f1']:.3f}")
-    (args.output / "evaluation.json").write_text(json.dumps(report, indent=2, ensure_ascii=False), "utf-8")
+    evaluation = args.output / "evaluation.json"
+    evaluation.write_text(json.dumps(report, indent=2, ensure_ascii=False), "utf-8")
+    events.done("completed", args.output, evaluation=evaluation)
     print(f"wrote {args.output}")
     return 0

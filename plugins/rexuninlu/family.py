@@ -126,3 +126,7 @@ class LoadedRex(LoadedModel):
 
     def tokens_processed(self) -> int:
         return self.scorer.tokens
+
+    def training(self):
+        from plugins.rexuninlu.training import RexTraining
+        return RexTraining(self)

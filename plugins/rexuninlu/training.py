@@ -19,11 +19,17 @@ Kept deterministic, and where we differ from the reference:
   * classification windows after the first carry the inserted cls token as the gold span for that
     window only (the reference overwrote the gold map in place, so later hints' first windows got
     a stale offset pointing into the text);
-  * the network has no dropout layers (the reference trains with dropout 0.1-0.3).
+  * dropout is the config's (hidden_dropout_prob / attention_probs_dropout_prob, 0.1 in the
+    official config.json), at DeBERTa-v2's places, active in training only; the reference's
+    trainer could raise it to 0.3 by argument, ours follows config.json.
+
+`RexTraining` is what the host's fine-tuning loop (workstation/finetune.py) sees.
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -31,7 +37,8 @@ import torch
 from plugins.rexuninlu.decoding import Window
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, task_kind
 from plugins.rexuninlu.scoring import Packed, WindowScorer, isolation_mask
-from workstation.domain import InputError
+from workstation.domain import Document, InputError
+from workstation.models import DEMO_MARKER, Training
 
 Gold = list[list[dict]]          # our output format: tuples of {"type", "span", "offset"}
 
@@ -209,3 +216,40 @@ def batch_loss(scorer: WindowScorer, batch_examples: Sequence[Example], autocast
         logits = network.span_logits(h, p.positions)
     cells = p.valid[:, :, None] & p.valid[:, None, :]
     return circle_loss(logits, label_matrix(p, batch_examples), cells)
+
+
+# ---------------------------------------------------------------- what the fine-tuning loop sees
+
+OFFICIAL_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+class RexTraining(Training):
+    def __init__(self, model):
+        self.model, self.network = model, model.network
+
+    def examples(self, document: Document, gold: Gold) -> list[Example]:
+        return examples(self.model.prompter, document.text, document.schema, gold)
+
+    def loss(self, batch: Sequence[Example], autocast_dtype=None) -> torch.Tensor:
+        return batch_loss(self.model.scorer, batch, autocast_dtype)
+
+    def begin(self) -> str:
+        # The fused Triton kernel has no backward pass; SDPA computes the same attention and has one.
+        kernel = self.model.attention_kernel()
+        self.network.attention_backend = "sdpa" if kernel == "triton" else kernel
+        self.network.plm.encoder.checkpointing = self.model.knobs.checkpointing
+        self.network.train()
+        return self.network.attention_backend
+
+    def end(self) -> None:
+        self.network.eval()
+
+    def write_official(self, output: Path) -> None:
+        """The layout RexUniNLU().load() reads: metadata copied, pytorch_model.bin = the plm.-prefixed
+        state dict in fp32."""
+        weights = self.model.weights
+        for name in OFFICIAL_FILES + (DEMO_MARKER,):          # a model tuned from random weights is still a demo
+            if (weights / name).is_file():
+                shutil.copyfile(weights / name, output / name)
+        state = {k: v.detach().float().cpu().contiguous() for k, v in self.network.state_dict().items()}
+        torch.save(state, output / "pytorch_model.bin")
