@@ -9,6 +9,10 @@ What differs from stock `DebertaV2Model`, and why we write our own:
 Attention lives in `attend()`, one switch with an eager path (the reference maths) and SDPA.
 Padding rules for batching (spec §2.7): pad embeddings are zeroed before the conv (as the
 unpadded conv's zero padding would see them) and pad keys are masked.
+
+Dropout sits where DeBERTa-v2 has it (embeddings, relative embeddings, attention probabilities,
+both dense outputs, the conv), at the config's hidden_dropout_prob / attention_probs_dropout_prob.
+It acts in train mode only: in eval every dropout is the identity, so inference is unchanged.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ class RexConfig:
     position_buckets: int = 256
     layer_norm_eps: float = 1e-7
     conv_kernel_size: int = 3
+    hidden_dropout_prob: float = 0.1           # training only (the reference fine-tuned with these)
+    attention_probs_dropout_prob: float = 0.1
 
     # Fixed by this architecture; any other value in config.json is a different model.
     FIXED = {"relative_attention": True, "share_att_key": True, "position_biased_input": False,
@@ -57,8 +63,7 @@ class RexConfig:
 
     def to_dict(self) -> dict:
         d = {"model_type": "deberta-v2", "architectures": ["DebertaV2ForMaskedLM"],
-             "attention_probs_dropout_prob": 0.1, "hidden_dropout_prob": 0.1, "initializer_range": 0.02,
-             "max_position_embeddings": 512, "pos_att_type": "c2p|p2c", **self.FIXED}
+             "initializer_range": 0.02, "max_position_embeddings": 512, "pos_att_type": "c2p|p2c", **self.FIXED}
         d.update(asdict(self))
         return d
 
@@ -83,9 +88,13 @@ class Structure:
     codes: tuple | None = None        # (groups, types, segments) [B,L] each, for "triton"
 
 
-def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: str):
-    """Disentangled attention. q,k,v [B,H,L,d]; tables [B,H,L,2S] -> context [B,H,L,d]."""
+def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: str, dropout: float = 0.0):
+    """Disentangled attention. q,k,v [B,H,L,d]; tables [B,H,L,2S] -> context [B,H,L,d].
+
+    dropout: on the attention probabilities (training); the fused kernel has none (nor a backward)."""
     if backend == "triton":
+        if dropout:
+            raise ValueError("the triton attention kernel has no dropout; train with 'sdpa' or 'eager'")
         from plugins.rexuninlu.triton_attention import disentangled_attention
         return disentangled_attention(q, k, v, c2p_table, p2c_table, st.positions, *st.codes, scale=scale)
     idx = st.rel_idx.unsqueeze(1).expand(-1, q.shape[1], -1, -1)               # [B,H,L,L]
@@ -96,11 +105,13 @@ def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: 
         scores = q @ (k.transpose(-1, -2) * scale) + (c2p + p2c) * scale
         scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1).masked_fill(~keep, 0.0)          # XSoftmax
+        if dropout:
+            probs = F.dropout(probs, dropout)
         return probs @ v
     if backend == "sdpa":
         # A finite minimum (not -inf) keeps fully masked pad rows finite instead of NaN.
         bias = ((c2p + p2c) * scale).masked_fill(~keep, torch.finfo(q.dtype).min)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, dropout_p=dropout)
     raise ValueError(f"unknown attention backend {backend!r}")
 
 
@@ -113,6 +124,8 @@ class SelfAttention(nn.Module):
         self.key_proj = nn.Linear(d, d)
         self.value_proj = nn.Linear(d, d)
         self.scale = 1.0 / math.sqrt(cfg.head_dim * 3)     # 3 = 1 + c2p + p2c
+        self.pos_dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)   # its p goes to the kernel
 
     def split(self, x):                                    # [B,L,D] -> [B,H,L,d]
         return x.view(*x.shape[:-1], self.heads, -1).transpose(-3, -2)
@@ -120,29 +133,32 @@ class SelfAttention(nn.Module):
     def forward(self, x, rel, st, backend):
         q, k, v = self.split(self.query_proj(x)), self.split(self.key_proj(x)), self.split(self.value_proj(x))
         # share_att_key: positions go through the same projections, bias included.
+        rel = self.pos_dropout(rel)
         pq = self.split(self.query_proj(rel))              # [H,2S,d]
         pk = self.split(self.key_proj(rel))
-        ctx = attend(q, k, v, q @ pk.transpose(-1, -2), k @ pq.transpose(-1, -2), st, self.scale, backend)
+        ctx = attend(q, k, v, q @ pk.transpose(-1, -2), k @ pq.transpose(-1, -2), st, self.scale, backend,
+                     self.dropout.p if self.training else 0.0)
         return ctx.transpose(-3, -2).flatten(-2)           # [B,L,D]
 
 
 class DenseNorm(nn.Module):
-    """dense -> (+ residual) -> LayerNorm, the SelfOutput/Output block of DeBERTa."""
+    """dense -> dropout -> (+ residual) -> LayerNorm, the SelfOutput/Output block of DeBERTa."""
 
-    def __init__(self, d_in: int, d_out: int, eps: float):
+    def __init__(self, d_in: int, d_out: int, eps: float, dropout: float = 0.0):
         super().__init__()
         self.dense = nn.Linear(d_in, d_out)
         self.LayerNorm = nn.LayerNorm(d_out, eps=eps)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, residual):
-        return self.LayerNorm(self.dense(x) + residual)
+        return self.LayerNorm(self.dropout(self.dense(x)) + residual)
 
 
 class Attention(nn.Module):
     def __init__(self, cfg: RexConfig):
         super().__init__()
         self.self = SelfAttention(cfg)
-        self.output = DenseNorm(cfg.hidden_size, cfg.hidden_size, cfg.layer_norm_eps)
+        self.output = DenseNorm(cfg.hidden_size, cfg.hidden_size, cfg.layer_norm_eps, cfg.hidden_dropout_prob)
 
 
 class Intermediate(nn.Module):
@@ -156,7 +172,7 @@ class Layer(nn.Module):
         super().__init__()
         self.attention = Attention(cfg)
         self.intermediate = Intermediate(cfg)
-        self.output = DenseNorm(cfg.intermediate_size, cfg.hidden_size, cfg.layer_norm_eps)
+        self.output = DenseNorm(cfg.intermediate_size, cfg.hidden_size, cfg.layer_norm_eps, cfg.hidden_dropout_prob)
 
     def forward(self, x, rel, st, backend):
         a = self.attention.output(self.attention.self(x, rel, st, backend), x)
@@ -176,6 +192,7 @@ class ConvLayer(nn.Module):
         k = cfg.conv_kernel_size
         self.conv = nn.Conv1d(cfg.hidden_size, cfg.hidden_size, k, padding=(k - 1) // 2)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, emb, x, valid, segments=None):       # emb, x [B,L,D]; valid, segments [B,L]
         k = self.conv.kernel_size[0]
@@ -189,7 +206,7 @@ class ConvLayer(nn.Module):
         taps = torch.cat(taps, dim=-1)                                                  # [B,L,k*D]
         weight = self.conv.weight.permute(0, 2, 1).flatten(1)                          # [D, k*D]
         c = F.linear(taps, weight, self.conv.bias)
-        c = F.gelu(c.masked_fill(~valid.unsqueeze(-1), 0.0))
+        c = F.gelu(self.dropout(c.masked_fill(~valid.unsqueeze(-1), 0.0)))
         return self.LayerNorm(x + c) * valid.unsqueeze(-1).to(x.dtype)
 
 
@@ -225,9 +242,10 @@ class Embeddings(nn.Module):
         super().__init__()
         self.word_embeddings = nn.Embedding(cfg.vocab_size + 4, cfg.hidden_size)   # + the 4 prompt tokens
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
     def forward(self, input_ids):
-        return self.LayerNorm(self.word_embeddings(input_ids))
+        return self.dropout(self.LayerNorm(self.word_embeddings(input_ids)))
 
 
 class Backbone(nn.Module):

@@ -50,6 +50,8 @@ def read_config(weights: Path) -> BloomConfig:
             apply_residual_connection_post_layernorm=bool(raw.get("apply_residual_connection_post_layernorm",
                                                                   False)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", True)),
+            hidden_dropout=float(raw.get("hidden_dropout", 0.0)),           # used in training only
+            attention_dropout=float(raw.get("attention_dropout", 0.0)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise WeightsError(f"{weights / 'config.json'} lacks a usable BLOOM field ({e})") from None

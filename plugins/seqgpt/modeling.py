@@ -25,6 +25,8 @@ class BloomConfig:
     layer_norm_epsilon: float = 1e-5
     apply_residual_connection_post_layernorm: bool = False
     tie_word_embeddings: bool = True
+    hidden_dropout: float = 0.0         # training only; bloom-560m / SeqGPT ship 0.0
+    attention_dropout: float = 0.0
 
     @property
     def head_dim(self) -> int:
@@ -77,7 +79,8 @@ class AttentionBackend(Protocol):
         """Once per forward: whatever the kernel needs (bias, mask), shared by all layers."""
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, prepared) -> torch.Tensor:
-        """q [B, H, q, D], k and v [B, H, kv, D] -> [B, H, q, D]."""
+        """q [B, H, q, D], k and v [B, H, kv, D] -> [B, H, q, D]. Training with attention dropout also
+        passes dropout_p=p (eager and sdpa take it)."""
 
 
 class EagerAttention:
@@ -91,7 +94,7 @@ class EagerAttention:
         alibi = inputs.slopes[..., None] * inputs.key_positions[:, None, :]         # [B, H, kv] fp32
         return alibi.reshape(b * len(inputs.slopes), 1, kv).to(dtype), inputs.allowed
 
-    def attend(self, q, k, v, prepared):
+    def attend(self, q, k, v, prepared, dropout_p: float = 0.0):
         alibi, allowed = prepared
         b, h, q_len, d = q.shape
         kv = k.shape[2]
@@ -101,6 +104,8 @@ class EagerAttention:
         # and, unlike the sum, cannot overflow to -inf in fp16 (a fully masked pad row would turn NaN).
         scores = scores.view(b, h, q_len, kv).masked_fill(~allowed, torch.finfo(scores.dtype).min)
         probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        if dropout_p:
+            probs = F.dropout(probs, dropout_p)
         return torch.bmm(probs.view(b * h, q_len, kv), v.reshape(b * h, kv, d)).view(b, h, q_len, d)
 
 
@@ -117,8 +122,8 @@ class SdpaAttention:
         bias = bias.masked_fill(~inputs.allowed, torch.finfo(dtype).min / 2)
         return bias.to(dtype)
 
-    def attend(self, q, k, v, prepared):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=prepared)
+    def attend(self, q, k, v, prepared, dropout_p: float = 0.0):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=prepared, dropout_p=dropout_p)
 
 
 ATTENTION_BACKENDS: dict[str, AttentionBackend] = {"eager": EagerAttention(), "sdpa": SdpaAttention()}
@@ -180,6 +185,7 @@ class Attention(nn.Module):
         self.n_head, self.head_dim = config.n_head, config.head_dim
         self.query_key_value = nn.Linear(config.hidden_size, 3 * config.hidden_size)
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x, residual, attend: Attend, cache: KVCache | None, layer: int):
         b, q_len, _ = x.shape
@@ -189,7 +195,7 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.write(layer, k, v)                                          # [B, H, kv, D]
         context = attend(q, k, v).permute(0, 2, 1, 3).reshape(b, q_len, self.n_head * self.head_dim)
-        return residual + self.dense(context)
+        return residual + self.dropout(self.dense(context))
 
 
 class MLP(nn.Module):
@@ -197,9 +203,10 @@ class MLP(nn.Module):
         super().__init__()
         self.dense_h_to_4h = nn.Linear(config.hidden_size, 4 * config.hidden_size)
         self.dense_4h_to_h = nn.Linear(4 * config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x, residual):
-        return residual + self.dense_4h_to_h(bloom_gelu(self.dense_h_to_4h(x)))
+        return residual + self.dropout(self.dense_4h_to_h(bloom_gelu(self.dense_h_to_4h(x))))
 
 
 class Block(nn.Module):
@@ -248,7 +255,13 @@ class Bloom(nn.Module):
                                            alibi_slopes(self.config.n_head, x.device))
         prepared = backend.prepare(inputs, x.dtype)
 
+        dropout_p = self.config.attention_dropout if self.training else 0.0
+        if dropout_p and backend.name not in ("eager", "sdpa"):
+            raise ValueError(f"attention dropout in training needs the eager or sdpa backend, not {backend.name!r}")
+
         def attend(q, k, v):
+            if dropout_p:
+                return backend.attend(q, k, v, prepared, dropout_p=dropout_p)
             return backend.attend(q, k, v, prepared)
 
         for layer, block in enumerate(self.h):

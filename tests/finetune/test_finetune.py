@@ -35,8 +35,10 @@ def write_jsonl(path, lines):
 
 
 @pytest.fixture
-def rex(rex_tiny):
-    return RexUniNLU().load(rex_tiny)          # fresh: training changes the weights
+def rex(rex_tiny_no_dropout):
+    # Fresh: training changes the weights. No dropout: the comparisons below are between runs that
+    # would draw different masks.
+    return RexUniNLU().load(rex_tiny_no_dropout)
 
 
 def test_gold_levels_teach_the_next_level_with_gold_prefixes():
@@ -122,10 +124,10 @@ def test_batched_loss_equals_the_mean_of_single_window_losses(rex):
     assert torch.allclose(together, alone, atol=1e-4, rtol=1e-5)
 
 
-def test_finetuned_model_reproduces_its_training_examples(rex_tiny, tmp_path):
+def test_finetuned_model_reproduces_its_training_examples(rex_tiny_no_dropout, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", ner_lines())
     out = tmp_path / "tuned"
-    assert finetune.main(["--weights", str(rex_tiny), "--train", str(train), "--output", str(out),
+    assert finetune.main(["--weights", str(rex_tiny_no_dropout), "--train", str(train), "--output", str(out),
                           "--epochs", "20", "--lr", "3e-3", "--device", "cpu"]) == 0
     report = json.loads((out / "evaluation.json").read_text("utf-8"))
     assert report["after"]["overall"]["f1"] == 1.0 > report["before"]["overall"]["f1"]
@@ -153,6 +155,7 @@ def test_saved_checkpoint_reloads_strictly_in_the_official_layout(rex_tiny, tmp_
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(rex_tiny, tmp_path):
+    # rex_tiny trains with dropout 0.1: the RNG state must travel in the checkpoint too.
     train = write_jsonl(tmp_path / "train.jsonl", ner_lines())
     common = ["--weights", str(rex_tiny), "--train", str(train), "--epochs", "2", "--batch-size", "3",
               "--grad-accum", "1", "--lr", "1e-3", "--seed", "3", "--no-eval", "--device", "cpu"]
@@ -169,9 +172,9 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(rex_tiny, tmp_path):
         finetune.main([x if x != "1e-3" else "2e-3" for x in common] + ["--output", str(resumed), "--resume"])
 
 
-def test_gradient_accumulation_matches_one_larger_batch(rex_tiny, tmp_path):
+def test_gradient_accumulation_matches_one_larger_batch(rex_tiny_no_dropout, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", ner_lines())
-    common = ["--weights", str(rex_tiny), "--train", str(train), "--epochs", "1", "--lr", "1e-3",
+    common = ["--weights", str(rex_tiny_no_dropout), "--train", str(train), "--epochs", "1", "--lr", "1e-3",
               "--no-eval", "--device", "cpu"]
     finetune.main(common + ["--output", str(tmp_path / "big"), "--batch-size", "4"])
     finetune.main(common + ["--output", str(tmp_path / "acc"), "--batch-size", "2", "--grad-accum", "2"])
