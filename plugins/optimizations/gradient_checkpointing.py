@@ -6,16 +6,17 @@ from workstation.optimizations import Optimization
 class GradientCheckpointing(Optimization):
     name = "gradient-checkpointing"
     title = "Gradient checkpointing (training only)"
-    description = ("Wraps each encoder/decoder block so its activations are recomputed during backward. "
-                   "Saves memory only when fine-tuning: at inference nothing is kept for a backward pass, "
-                   "so it has no effect on extraction.")
+    description = ("Wraps each encoder layer (RexUniNLU) or decoder block (SeqGPT) so its activations are "
+                   "recomputed during backward. Saves memory only when fine-tuning: at inference nothing is "
+                   "kept for a backward pass, so it has no effect on extraction.")
     switch = "live"
     lossless = True
 
     def applies_to(self, model):
         if "checkpointing" not in model.capabilities:
             return False, f"{model.family.name} does not support gradient checkpointing"
-        return True, "takes effect in fine-tuning runs only; no effect on inference"
+        return True, (f"applies to {model.family.name} fine-tuning runs (launcher.py finetune), trading "
+                      "recomputation time for activation memory; no effect on inference")
 
     def enable(self, model, **_):
         model.knobs.checkpointing = True

@@ -46,6 +46,10 @@ class SeqGPT(ModelFamily):
     def validate(self, document: Document) -> None:
         prompting.validate(document)
 
+    def validate_gold(self, document: Document, output) -> list:
+        from plugins.seqgpt.training import validate_gold
+        return validate_gold(document, output)
+
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedSeqGPT":
         if dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
@@ -61,9 +65,9 @@ class SeqGPT(ModelFamily):
 
 
 class LoadedSeqGPT(LoadedModel):
-    # Length bucketing and dropping finished rows are always on (they change no output); packing,
-    # CUDA graphs and fine-tuning are not implemented for SeqGPT yet.
-    capabilities = frozenset({"reduced_precision"})
+    # Length bucketing and dropping finished rows are always on (they change no output); packing and
+    # CUDA graphs are not implemented for SeqGPT yet. Checkpointing acts in fine-tuning only.
+    capabilities = frozenset({"reduced_precision", "checkpointing"})
 
     def __init__(self, family: SeqGPT, weights: Path, device: str, network, tokenizer,
                  special: loading.SpecialTokens):
@@ -86,6 +90,10 @@ class LoadedSeqGPT(LoadedModel):
 
     def tokens_processed(self) -> int:
         return self.pipeline.tokens_fed
+
+    def training(self):
+        from plugins.seqgpt.training import SeqGPTTraining
+        return SeqGPTTraining(self)
 
     def settings(self, options: dict) -> tuple[GenerationSettings, dict]:
         unknown = sorted(set(options) - set(OPTIONS))

@@ -237,16 +237,19 @@ class Bloom(nn.Module):
         self.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
         self.lm_head = None if config.tie_word_embeddings else \
             nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.checkpointing = False          # gradient checkpointing of the blocks (training only)
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
         p = self.word_embeddings.weight
         return KVCache(self.config, batch, capacity, p.dtype, p.device)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None,
-                attention: str = "eager", last_only: bool = True) -> torch.Tensor:
+                attention: str = "eager", last_only: bool = True, keep: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids [B, q] (the new tokens); attention_mask [B, cached + q], 1 = real token, 0 = pad.
 
-        Returns logits [B, 1, V] for the last position (or [B, q, V]), in the model dtype."""
+        Returns logits [B, 1, V] for the last position (or [B, q, V]), in the model dtype. keep [B, q]
+        bool (training): logits [N, V] of those positions only, in row-major order; a full [B, q, V]
+        would be the largest tensor of a training step."""
         if attention not in ATTENTION_BACKENDS:
             raise ValueError(f"unknown attention backend {attention!r}; have {', '.join(ATTENTION_BACKENDS)}")
         backend = ATTENTION_BACKENDS[attention]
@@ -265,10 +268,16 @@ class Bloom(nn.Module):
             return backend.attend(q, k, v, prepared)
 
         for layer, block in enumerate(self.h):
-            x = block(x, attend, cache, layer)
+            if self.checkpointing and self.training and torch.is_grad_enabled():
+                # Activations are recomputed in backward (the RNG state too, so dropout masks repeat).
+                x = torch.utils.checkpoint.checkpoint(block, x, attend, cache, layer, use_reentrant=False)
+            else:
+                x = block(x, attend, cache, layer)
         if cache is not None:
             cache.advance(input_ids.shape[1])
-        if last_only:
+        if keep is not None:
+            x = x[keep]
+        elif last_only:
             x = x[:, -1:]
         x = self.ln_f(x)
         return F.linear(x, self.word_embeddings.weight if self.lm_head is None else self.lm_head.weight)

@@ -137,9 +137,11 @@ def test_the_optimization_plugins_switch_the_attention_kernel_and_refuse_the_res
     assert loaded.knobs.attention == "sdpa"
     engine.apply_optimizations(loaded, [])
     assert loaded.knobs.attention == "eager"
-    for name in ("sparse-mask", "memory-pool", "gradient-checkpointing", "precision"):   # precision: CPU here
+    for name in ("sparse-mask", "memory-pool", "precision"):   # precision: CPU here
         with pytest.raises(InputError, match="does not apply"):
             engine.apply_optimizations(loaded, [name])
+    # Gradient checkpointing acts in fine-tuning only, and says so.
+    assert engine.apply_optimizations(loaded, ["gradient-checkpointing"]) == {"gradient-checkpointing": "on (training only)"}
 
 
 def test_set_dtype_casts_the_network_and_records_it(loaded):
