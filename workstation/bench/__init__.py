@@ -12,10 +12,10 @@ import argparse
 import json
 from pathlib import Path
 
-from workstation.bench import memory, rexuninlu, seqgpt
+from workstation.bench import memory, rexuninlu, seqgpt, training
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
-BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **memory.BENCHMARKS}
+BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **memory.BENCHMARKS, **training.BENCHMARKS}
 
 
 def print_table(result: dict) -> None:
@@ -41,6 +41,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--new-tokens", type=int, default=128, help="seqgpt-generate: max new tokens")
     p.add_argument("--big-batch", type=int, default=64, help="seqgpt-generate: the large greedy batch")
     p.add_argument("--batches", type=int, default=1000, help="memory-pool: random-shape batches per variant")
+    p.add_argument("--train-batch", type=int, default=None, help="train-step: rows per step (default 16 / 8)")
+    p.add_argument("--train-len", type=int, default=None, help="train-step: tokens per row (default 512 / 1024)")
+    p.add_argument("--train-steps", type=int, default=5, help="train-step: timed steps after warm-up")
     args = p.parse_args(argv)
     result = BENCHMARKS[args.benchmark](args)
     print(json.dumps(result["env"]))
