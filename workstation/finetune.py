@@ -389,7 +389,7 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
             report["before"] = resume["before"]                 # the original weights, measured once
         else:
             report["before"] = evaluate(model, eval_docs, args.batch_size, eval_options, stop)
-        events.evaluation("before", None, resume["step"] if resume else 0, report["before"])
+        events.evaluation("before", None, 0, report["before"])
         print(f"before: {json.dumps(report['before']['overall'])}")
         evaluate_epoch = functools.partial(evaluate, model, eval_docs, args.batch_size, eval_options, stop)
     report["training"] = train(training, examples, args, device, events, stop, resume, evaluate_epoch,
