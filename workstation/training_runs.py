@@ -282,8 +282,8 @@ def compare_rows(before: dict[str, Any] | None, after: dict[str, Any] | None) ->
         a = after.get("overall") if t == "(overall)" else (after.get("per_type") or {}).get(t)
         row: dict[str, Any] = {"type": t}
         for side, m in (("before", b), ("after", a)):
-            for k in ("precision", "recall", "f1"):
-                row[f"{k[0].upper()} {side}"] = (m or {}).get(k)
+            for k, short in (("precision", "P"), ("recall", "R"), ("f1", "F1")):
+                row[f"{short} {side}"] = (m or {}).get(k)
         row["gold"] = (a or b or {}).get("gold")
         row["ΔF1"] = (a["f1"] - b["f1"]) if a and b and a.get("f1") is not None and b.get("f1") is not None else None
         rows.append(row)

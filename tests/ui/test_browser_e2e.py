@@ -237,3 +237,59 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
             page.get_by_text(expected).first.wait_for()
         shot(page, shots, name)
     store.close()
+
+
+def test_correct_a_result_into_a_dataset_and_finetune_on_it(server, page, shots):
+    """History -> a gold example in a new dataset -> Datasets -> Fine-tune with the real trainer process."""
+    from storage.repository import open_store
+    url, tmp = server
+    page.goto(url)
+    settle(page)
+    choose(page, "Model", "rexuninlu")
+    choose(page, "Task", "Named entities (ner)")
+    click(page, "Run")
+    settle(page)
+    page.get_by_role("heading", name="Run 1").wait_for()
+
+    go(page, "History")
+    page.get_by_test_id("stMultiSelect").click()
+    page.get_by_role("option").filter(has_text="1 · rexuninlu").click()
+    page.keyboard.press("Escape")
+    settle(page)
+    click(page, "Open")
+    settle(page)
+    page.get_by_text("Correct this result and save it as a gold example").click()
+    settle(page)
+    page.get_by_label("Span text (as it appears in the text)").fill("巴塞罗那")
+    click(page, "Add")
+    settle(page)
+    page.get_by_label("Name of the new dataset").fill("demo-gold")
+    page.keyboard.press("Enter")
+    settle(page)
+    click(page, "Save as gold example")
+    settle(page)
+    page.get_by_text("Saved gold example").wait_for()
+    shot(page, shots, "history-gold")
+    store = open_store(tmp / "runs.db")
+    [dataset] = store.list_datasets("rexuninlu")
+    [example] = store.gold_examples(dataset.id)
+    assert [{"type": "人物", "span": "巴塞罗那", "offset": [17, 21]}] in example.output
+
+    go(page, "Datasets")
+    page.get_by_text("Export for fine-tuning").wait_for()
+    assert page.locator(".iew-text mark").filter(has_text="巴塞罗那").count() == 1   # the example, drawn
+    shot(page, shots, "datasets")
+
+    go(page, "Fine-tune")
+    for label in ("Epochs", "Batch size"):
+        page.get_by_label(label, exact=True).fill("1")
+        page.keyboard.press("Enter")
+        settle(page)
+    click(page, "Start fine-tuning")
+    page.get_by_text("Before and after").wait_for(timeout=240_000)
+    settle(page)
+    [run] = store.list_training_runs()
+    assert run.status == "completed" and run.evaluation_after is not None
+    assert page.get_by_test_id("stException").count() == 0
+    shot(page, shots, "finetune")
+    store.close()

@@ -139,8 +139,8 @@ def loss_chart(progress, run) -> None:
     points = progress.loss() or run.loss
     if points:
         frame = pd.DataFrame(points, columns=["step", "loss"])
-        st.altair_chart(alt.Chart(frame).mark_line().encode(
-            x=alt.X("step:Q", title="step"), y=alt.Y("loss:Q", title="training loss"),
+        st.altair_chart(alt.Chart(frame).mark_line(point=len(frame) <= 50).encode(
+            x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1)), y=alt.Y("loss:Q", title="training loss"),
             tooltip=["step", alt.Tooltip("loss:Q", format=".4f")]).properties(height=220, title="Loss per step"))
 
 
@@ -285,6 +285,9 @@ def live_panel(run_id: int) -> None:
 with st.expander("New fine-tune", expanded=not store.list_training_runs(limit=1)):
     new_run_form()
 
+for unfinished in store.list_training_runs(limit=200):
+    if not unfinished.finished:
+        launcher.poll(unfinished.id)     # the list below shows where each run is now
 past = store.list_training_runs(limit=200)
 if not past:
     st.info("No fine-tuning runs yet.")
@@ -307,7 +310,8 @@ st.dataframe(pd.DataFrame([{
     column_config={"F1 before": st.column_config.NumberColumn(format="%.3f"),
                    "F1 after": st.column_config.NumberColumn(format="%.3f")})
 chosen = st.selectbox("Show run", list(by_id), key="ft_run",
-                      format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].train_name} · {by_id[i].status}")
+                      format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].train_name} · "
+                                            f"{by_id[i].created_at.astimezone():%m-%d %H:%M}")
 with st.container(border=True):
     if by_id[chosen].finished:
         run_panel(*launcher.poll(chosen))
