@@ -30,7 +30,8 @@ early_stopping False, do_sample False, num_return_sequences 1):
 How the batch enters: (a) left pads get ALiBi position 0 and a masked key, so they change no real
 logit (our eager path reproduces HF's arithmetic to the bit); (b) the length normalisation and the
 done heuristic count generated tokens only, so unlike 4.28.1 they do not see the padding; (c) an
-item that is done is frozen while the rest of its batch runs on, so we may drop it from the batch;
+item that is done is frozen while the rest of its batch runs on (HF keeps it in the batch; so do
+we, which keeps every shape fixed);
 (d) the repetition penalty does see the batch: it penalises every id in the row, and a left-padded
 row contains PAD ids. We keep (d) as the reference run has it: a chunk's PAD id is penalised exactly
 when the chunk is shorter than the longest chunk of its own document (`EncodedPrompt.penalize_pad`),
@@ -44,16 +45,25 @@ depend on how much padding a batch had. We follow 5.17.0, the version we pin and
 real prompts the two can pick different hypotheses when beams end at different lengths.
 
 Greedy (num_beams=1) is `_sample` without sampling: the repetition penalty acts on raw logits, then
-argmax; a row stops at EOS or after max_new_tokens.
+argmax; a row stops at EOS or after max_new_tokens (a finished row is fed PAD, as HF does).
+
+How it runs: the search state lives in device tensors updated in place (`GreedySearch`,
+`BeamSearch`), so one search step needs no host sync and can sit inside a captured CUDA graph; the
+host only reads a "still running" flag to stop early. A decoder (decoders.py) runs the network:
+the plain one, or the static one that `graphs.DecodeGraphs` captures (the memory-pool optimization).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
+from plugins.seqgpt.decoders import PlainDecoder
 from plugins.seqgpt.modeling import Bloom
+
+if TYPE_CHECKING:
+    from plugins.seqgpt.graphs import DecodeGraphs
 
 NEG = -1.0e9          # HF's "impossible" score for beams and hypotheses
 
@@ -122,137 +132,261 @@ class Generation:
     tokens_fed: int                     # real (non-pad) token positions run through the network
 
 
-@torch.no_grad()
-def generate(network: Bloom, prompts: Sequence[EncodedPrompt], settings: GenerationSettings,
-             attention: str = "eager") -> Generation:
-    if settings.num_beams == 1:
-        return _greedy(network, prompts, settings, attention)
-    return _beam_search(network, prompts, settings, attention)
-
-
 def _strip_eos(tokens: list[int], eos: int) -> list[int]:
     return tokens[:tokens.index(eos)] if eos in tokens else tokens
 
 
-def _greedy(network: Bloom, prompts, s: GenerationSettings, attention: str) -> Generation:
-    device = network.word_embeddings.weight.device
-    batch = Batch.left_padded(prompts, s.pad_token_id, device)
-    mask = batch.attention_mask
-    cache = network.new_cache(len(prompts), mask.shape[1] + s.max_new_tokens)
-    logits = network(batch.input_ids, mask, cache, attention)[:, -1].float()
-    fed = int(mask.sum())
-    vocab = logits.shape[-1]
-    seen = seen_tokens(prompts, vocab, s.pad_token_id, device) if s.repetition_penalty != 1.0 else None
-    active = torch.arange(len(prompts), device=device)          # original row of each running row
-    out: list[list[int]] = [[] for _ in prompts]
-    for step in range(s.max_new_tokens):
-        scores = logits if seen is None else penalise(logits, seen, s.repetition_penalty)
-        next_tokens = torch.argmax(scores, dim=-1)
-        for row, token in zip(active.tolist(), next_tokens.tolist()):
-            out[row].append(token)
-        if step + 1 == s.max_new_tokens:
-            break
-        keep = (next_tokens != s.eos_token_id).nonzero().squeeze(1)
-        if len(keep) == 0:
-            break
-        if len(keep) < len(active):                     # finished rows leave the batch
-            active, next_tokens, mask = active[keep], next_tokens[keep], mask[keep]
-            cache.select(keep)
-            seen = None if seen is None else seen[keep]
-        if seen is not None:
-            seen[torch.arange(len(keep), device=device), next_tokens] = True
-        mask = torch.cat([mask, mask.new_ones((len(keep), 1))], dim=1)
-        logits = network(next_tokens[:, None], mask, cache, attention)[:, -1].float()
-        fed += len(keep)
-    return Generation([_strip_eos(t, s.eos_token_id) for t in out], fed)
+# ----------------------------------------------------------------------------------------------
+# Search state. Each `update(logits)` is one step of HF's loop for every row/item at once, written
+# in place into tensors allocated up front; rows/items past the real prompts are padding that is
+# finished from the start. `next_tokens` and `reorder` are what the decoder feeds next.
+# ----------------------------------------------------------------------------------------------
+
+class _Search:
+    beams = 1
+    reorder: torch.Tensor | None = None
+
+    def __init__(self, rows: int, vocab: int, s: GenerationSettings, device):
+        self.s, self.vocab, self.device = s, vocab, torch.device(device)
+        self.seen = torch.zeros((rows, vocab), dtype=torch.bool, device=device) \
+            if s.repetition_penalty != 1.0 else None
+        self.next_tokens = torch.full((rows,), s.pad_token_id, dtype=torch.long, device=device)
+        self.step = torch.zeros(1, dtype=torch.long, device=device)        # tokens chosen so far
+        self.fed = torch.zeros(1, dtype=torch.long, device=device)         # Generation.tokens_fed
+        self.running = torch.zeros(1, dtype=torch.bool, device=device)     # any row/item not done
+
+    def start(self, prompts: Sequence[EncodedPrompt], fed: int) -> None:
+        self.clear()
+        if self.seen is not None:
+            rows = len(prompts) * self.beams
+            seen = seen_tokens(prompts, self.vocab, self.s.pad_token_id, self.device)
+            self.seen[:rows] = seen.repeat_interleave(self.beams, dim=0)
+        self.fed.fill_(fed)
+        self.running.fill_(True)
+
+    def clear(self) -> None:
+        if self.seen is not None:
+            self.seen.zero_()
+        self.next_tokens.fill_(self.s.pad_token_id)
+        self.step.zero_()
+        self.fed.zero_()
+        self.running.zero_()
+
+    def _see(self, rows_tokens: torch.Tensor) -> None:
+        if self.seen is not None:
+            self.seen.scatter_(1, rows_tokens[:, None], True)
 
 
-def _beam_search(network: Bloom, prompts, s: GenerationSettings, attention: str) -> Generation:
-    """HF 5.17.0 beam search (module docstring), vectorised over items; done items leave the batch."""
-    device = network.word_embeddings.weight.device
-    k, n = s.num_beams, len(prompts)
-    batch = Batch.left_padded(prompts, s.pad_token_id, device)
-    cache = network.new_cache(n, batch.input_ids.shape[1] + s.max_new_tokens)
-    # Prefill once per prompt, then copy the cache for its beams (HF prefills the repeated rows).
-    logits = network(batch.input_ids, batch.attention_mask, cache, attention)[:, -1].float()
-    fed = int(batch.attention_mask.sum())
-    beam_rows = torch.arange(n, device=device).repeat_interleave(k)
-    cache.select(beam_rows)
-    mask = batch.attention_mask[beam_rows]
-    logits = logits[beam_rows]
-    vocab = logits.shape[-1]
-    seen = seen_tokens(prompts, vocab, s.pad_token_id, device)[beam_rows] if s.repetition_penalty != 1.0 else None
+class GreedySearch(_Search):
+    def __init__(self, rows: int, vocab: int, s: GenerationSettings, device):
+        super().__init__(rows, vocab, s, device)
+        self.tokens = torch.full((rows, s.max_new_tokens), s.pad_token_id, dtype=torch.long, device=device)
+        self.finished = torch.ones(rows, dtype=torch.bool, device=device)
 
-    items = torch.arange(n, device=device)                   # original prompt of each running item
-    running_scores = torch.full((n, k), NEG, device=device)
-    running_scores[:, 0] = 0.0
-    running_tokens = torch.full((n, k, s.max_new_tokens), s.pad_token_id, dtype=torch.long, device=device)
-    finished_scores = torch.full((n, k), NEG, device=device)
-    finished_tokens = running_tokens.clone()
-    finished_flags = torch.zeros((n, k), dtype=torch.bool, device=device)
-    improvable = torch.ones((n, 1), dtype=torch.bool, device=device)
-    top_k_mask = torch.arange(2 * k, device=device) < k      # only the top num_beams candidates may finish
-    best: dict[int, torch.Tensor] = {}
+    def start(self, prompts, fed):
+        super().start(prompts, fed)
+        self.finished[:len(prompts)] = False
 
-    for step in range(s.max_new_tokens):
-        m = len(items)
+    def clear(self):
+        super().clear()
+        self.tokens.fill_(self.s.pad_token_id)
+        self.finished.fill_(True)
+
+    def count_fed(self) -> None:
+        self.fed += (~self.finished).sum()
+
+    def update(self, logits: torch.Tensor) -> None:
+        s = self.s
+        scores = logits if self.seen is None else penalise(logits, self.seen, s.repetition_penalty)
+        chosen = torch.argmax(scores, dim=-1)
+        chosen = torch.where(self.finished, s.pad_token_id, chosen)
+        self.tokens.scatter_(1, self.step.view(1, 1).expand(len(chosen), 1), chosen[:, None])
+        self.finished |= chosen == s.eos_token_id
+        self._see(chosen)
+        self.next_tokens.copy_(chosen)
+        self.running.copy_(~self.finished.all().view(1))
+        self.step += 1
+
+    def result(self, n: int) -> list[list[int]]:
+        return [_strip_eos(row, self.s.eos_token_id) for row in self.tokens[:n].tolist()]
+
+
+class LengthNorm:
+    """(generated length) ** length_penalty per step, applied as `x / python_float` is on each device,
+    which is how HF divides: CUDA multiplies by the fp32 reciprocal of the scalar, the CPU divides.
+    A device tensor indexed by the step keeps the bits and stays capturable."""
+
+    def __init__(self, s: GenerationSettings, device):
+        norms = torch.tensor([(i + 1) ** s.length_penalty for i in range(s.max_new_tokens)], dtype=torch.float32)
+        self.multiply = torch.device(device).type == "cuda"
+        self.table = (torch.ones_like(norms) / norms if self.multiply else norms).to(device)
+
+    def __call__(self, x: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
+        factor = self.table[step]
+        return x * factor if self.multiply else x / factor
+
+
+class BeamSearch(_Search):
+    """HF 5.17.0 beam search (module docstring), vectorised over items: [items, k] scores,
+    [items, k, max_new] tokens; `reorder` names each next row's source row."""
+
+    def __init__(self, items: int, vocab: int, s: GenerationSettings, device):
+        k, n_new = s.num_beams, s.max_new_tokens
+        super().__init__(items * k, vocab, s, device)
+        self.beams = k
+        self.running_scores = torch.zeros((items, k), device=device)
+        self.running_tokens = torch.full((items, k, n_new), s.pad_token_id, dtype=torch.long, device=device)
+        self.finished_scores = torch.zeros((items, k), device=device)
+        self.finished_tokens = torch.full_like(self.running_tokens, s.pad_token_id)
+        self.finished_flags = torch.zeros((items, k), dtype=torch.bool, device=device)
+        self.improvable = torch.zeros((items, 1), dtype=torch.bool, device=device)
+        self.reorder = torch.arange(items * k, device=device)
+        self.first_row = torch.arange(items, device=device)[:, None] * k
+        self.top_k_mask = torch.arange(2 * k, device=device) < k     # only the top num_beams may finish
+        self.norm = LengthNorm(s, device)
+
+    def start(self, prompts, fed):
+        super().start(prompts, fed)
+        self.improvable[:len(prompts)] = True
+
+    def clear(self):
+        super().clear()
+        self.running_scores.fill_(NEG)
+        self.running_scores[:, 0] = 0.0          # the first step expands beam 0 only
+        self.running_tokens.fill_(self.s.pad_token_id)
+        self.finished_scores.fill_(NEG)
+        self.finished_tokens.fill_(self.s.pad_token_id)
+        self.finished_flags.zero_()
+        self.improvable.zero_()
+        self.reorder.copy_(torch.arange(len(self.reorder), device=self.reorder.device))
+
+    def count_fed(self) -> None:
+        self.fed += self.improvable.sum() * self.beams
+
+    def update(self, logits: torch.Tensor) -> None:
+        s, k = self.s, self.beams
+        m, _, n_new = self.running_tokens.shape
+        vocab = logits.shape[-1]
         log_probs = torch.log_softmax(logits, dim=-1)
-        if seen is not None:
-            log_probs = penalise(log_probs, seen, s.repetition_penalty)
-        totals = (log_probs.view(m, k, vocab) + running_scores[:, :, None]).view(m, k * vocab)
+        if self.seen is not None:
+            log_probs = penalise(log_probs, self.seen, s.repetition_penalty)
+        totals = (log_probs.view(m, k, vocab) + self.running_scores[:, :, None]).view(m, k * vocab)
         top_scores, top_index = torch.topk(totals, 2 * k)                          # [m, 2k]
         top_beam, top_token = top_index // vocab, top_index % vocab
-        candidates = torch.gather(running_tokens, 1, top_beam[:, :, None].expand(-1, -1, s.max_new_tokens))
-        candidates[:, :, step] = top_token
-        hits = (top_token == s.eos_token_id) | (step + 1 >= s.max_new_tokens)
+        candidates = torch.gather(self.running_tokens, 1, top_beam[:, :, None].expand(-1, -1, n_new))
+        candidates.scatter_(2, self.step.view(1, 1, 1).expand(m, 2 * k, 1), top_token[:, :, None])
+        hits = (top_token == s.eos_token_id) | (self.step + 1 >= s.max_new_tokens)
 
         # next running beams: the best candidates that did not hit
         running_candidates = top_scores + hits.to(torch.float32) * NEG
         chosen = torch.topk(running_candidates, k)[1]                              # [m, k]
         running_scores = torch.gather(running_candidates, 1, chosen)
-        running_tokens = torch.gather(candidates, 1, chosen[:, :, None].expand(-1, -1, s.max_new_tokens))
+        running_tokens = torch.gather(candidates, 1, chosen[:, :, None].expand(-1, -1, n_new))
         source_beam = torch.gather(top_beam, 1, chosen)
 
         # finished hypotheses (same arithmetic as HF, so ties resolve the same way)
-        just_finished = hits & top_k_mask[None, :]
-        scored = top_scores / ((step + 1) ** s.length_penalty)
-        scored = scored + (~improvable).to(torch.float32) * NEG
+        just_finished = hits & self.top_k_mask[None, :]
+        scored = self.norm(top_scores, self.step)
+        scored = scored + (~self.improvable).to(torch.float32) * NEG
         scored = scored + (~just_finished) * NEG
-        merged_scores = torch.cat([finished_scores, scored], dim=1)
+        merged_scores = torch.cat([self.finished_scores, scored], dim=1)
         keep = torch.topk(merged_scores, k)[1]
         finished_scores = torch.gather(merged_scores, 1, keep)
-        finished_tokens = torch.gather(torch.cat([finished_tokens, candidates], dim=1), 1,
-                                       keep[:, :, None].expand(-1, -1, s.max_new_tokens))
-        finished_flags = torch.gather(torch.cat([finished_flags, just_finished], dim=1), 1, keep)
+        finished_tokens = torch.gather(torch.cat([self.finished_tokens, candidates], dim=1), 1,
+                                       keep[:, :, None].expand(-1, -1, n_new))
+        finished_flags = torch.gather(torch.cat([self.finished_flags, just_finished], dim=1), 1, keep)
 
-        # done heuristic, with `step + 1` tokens generated
-        best_running = running_scores[:, :1] / ((step + 1) ** s.length_penalty)
+        # done heuristic, with step + 1 tokens generated
+        best_running = self.norm(running_scores[:, :1], self.step)
         worst_finished = torch.where(finished_flags, finished_scores.min(dim=1, keepdim=True)[0], NEG)
-        improvable = improvable & (best_running > worst_finished).any(dim=-1, keepdim=True)
+        improvable = self.improvable & (best_running > worst_finished).any(dim=-1, keepdim=True)
 
-        if step + 1 == s.max_new_tokens:
+        self.running_scores.copy_(running_scores)
+        self.running_tokens.copy_(running_tokens)
+        self.finished_scores.copy_(finished_scores)
+        self.finished_tokens.copy_(finished_tokens)
+        self.finished_flags.copy_(finished_flags)
+        self.improvable.copy_(improvable)
+        rows = (self.first_row + source_beam).view(-1)
+        self.reorder.copy_(rows)
+        self.next_tokens.copy_(torch.gather(running_tokens, 2, self.step.view(1, 1, 1).expand(m, k, 1)).view(-1))
+        if self.seen is not None:
+            self.seen.copy_(self.seen.index_select(0, rows))
+            self._see(self.next_tokens)
+        self.running.copy_(improvable.any().view(1))
+        self.step += 1
+
+    def result(self, n: int) -> list[list[int]]:
+        return [_strip_eos(row, self.s.eos_token_id) for row in self.finished_tokens[:n, 0].tolist()]
+
+
+def new_search(rows_or_items: int, vocab: int, s: GenerationSettings, device) -> GreedySearch | BeamSearch:
+    return (GreedySearch if s.num_beams == 1 else BeamSearch)(rows_or_items, vocab, s, device)
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------------
+
+class StopCheck:
+    """Reads the search's `running` flag. With lag 1 (CUDA graphs) the host reads the flag of the step
+    before the last, copied to pinned memory, so it never waits on an idle device: at most one extra
+    step runs, on rows that are all done and frozen, which changes no output."""
+
+    def __init__(self, running: torch.Tensor, lag: int):
+        self.running, self.lag, self.count = running, lag, 0
+        if lag:
+            self.host = torch.zeros((2, 1), dtype=torch.bool, pin_memory=True)
+            self.events = [torch.cuda.Event(), torch.cuda.Event()]
+
+    def record(self) -> None:
+        if self.lag:
+            slot = self.count % 2
+            self.host[slot].copy_(self.running, non_blocking=True)
+            self.events[slot].record()
+        self.count += 1
+
+    def keep_going(self) -> bool:
+        if not self.lag:
+            return bool(self.running)
+        if self.count < 2:
+            return True
+        slot = self.count % 2                       # the record before the last one
+        self.events[slot].synchronize()
+        return bool(self.host[slot])
+
+
+@torch.inference_mode()      # also for the static runs it allocates: they are reused only in here
+def generate(network: Bloom, prompts: Sequence[EncodedPrompt], settings: GenerationSettings,
+             attention: str = "eager", graphs: "DecodeGraphs | None" = None,
+             on_step: Callable[[], None] | None = None) -> Generation:
+    """Generate for left-padded prompts. With `graphs`, decode through static shapes (captured as CUDA
+    graphs on a GPU); the tokens are those of the plain path. on_step: called after each decode
+    step is launched (the benchmark records a CUDA event there)."""
+    s = settings
+    device = network.word_embeddings.weight.device
+    batch = Batch.left_padded(prompts, s.pad_token_id, device)
+    if graphs is None:
+        decoder = PlainDecoder(network, attention, s.max_new_tokens)
+        search = new_search(len(prompts), network.config.vocab_size, s, device)
+
+        def advance(step: int) -> None:
+            search.count_fed()
+            search.update(decoder.step(search.next_tokens, search.reorder, step))
+        lag = 0
+    else:
+        run = graphs.run_for(network, len(prompts), batch.input_ids.shape[1], s, attention)
+        decoder, search, advance = run.decoder, run.search, run.advance
+        lag = 1 if device.type == "cuda" else 0
+    search.start(prompts, int(batch.attention_mask.sum()))
+    search.update(decoder.prefill(batch, search.beams))
+    check = StopCheck(search.running, lag)
+    check.record()
+    for step in range(1, s.max_new_tokens):
+        if not check.keep_going():
             break
-        live = improvable[:, 0]
-        for item in (~live).nonzero().squeeze(1).tolist():
-            best[int(items[item])] = finished_tokens[item, 0]
-        if not bool(live.any()):
-            break
-
-        # reorder the beams' state, dropping items that are done
-        rows = (torch.arange(m, device=device)[:, None] * k + source_beam)[live].reshape(-1)
-        items, running_scores, running_tokens = items[live], running_scores[live], running_tokens[live]
-        finished_scores, finished_tokens = finished_scores[live], finished_tokens[live]
-        finished_flags, improvable = finished_flags[live], improvable[live]
-        cache.select(rows)
-        mask = torch.cat([mask[rows], mask.new_ones((len(rows), 1))], dim=1)
-        next_tokens = running_tokens[:, :, step].reshape(-1)
-        if seen is not None:
-            seen = seen[rows]
-            seen[torch.arange(len(rows), device=device), next_tokens] = True
-        logits = network(next_tokens[:, None], mask, cache, attention)[:, -1].float()
-        fed += len(rows)
-
-    for item in range(len(items)):
-        best.setdefault(int(items[item]), finished_tokens[item, 0])
-    tokens = [_strip_eos(best[i].tolist(), s.eos_token_id) for i in range(n)]
-    return Generation(tokens, fed)
+        advance(step)
+        check.record()
+        if on_step:
+            on_step()
+    return Generation(search.result(len(prompts)), int(search.fed))

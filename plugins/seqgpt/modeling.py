@@ -3,10 +3,12 @@
 The eager path does Hugging Face BloomForCausalLM's arithmetic op for op (transformers 5.17.0,
 spec §2 and §3.1), so in fp32 it reproduces its logits bit for bit; the SDPA path expresses the
 same ALiBi attention through a float bias. Module names equal the checkpoint's keys (less the
-`transformer.` prefix), so the official state dict loads without renaming.
+`transformer.` prefix), so the official state dict loads without renaming. Long prompts go through
+attention in query chunks, so no [B, H, L, L] tensor is ever built; the KV cache is in cache.py.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -15,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plugins.seqgpt.cache import KVCache, allocate
 
 @dataclass(frozen=True)
 class BloomConfig:
@@ -33,6 +36,8 @@ class BloomConfig:
         return self.hidden_size // self.n_head
 
 
+# Cached: built once per device, never inside a CUDA-graph capture (it copies a scalar to the device).
+@functools.lru_cache(maxsize=None)
 def alibi_slopes(n_head: int, device=None) -> torch.Tensor:
     """ALiBi slope per head, computed as HF does (fp32 powers) so the bias matches to the bit. [H]"""
     closest = 2 ** math.floor(math.log2(n_head))
@@ -69,7 +74,21 @@ class AttentionInputs:
 
     @property
     def query_positions(self) -> torch.Tensor:     # [B, q]
+        if self.allowed.shape[2] == 1:
+            # One new token is the row's newest real key, wherever it sits: a static cache has
+            # masked, not yet written columns after it.
+            return self.key_positions.amax(dim=-1, keepdim=True)
         return self.key_positions[:, -self.allowed.shape[2]:]
+
+
+# Queries go through attention in chunks when their scores would exceed this many elements: a
+# 5,120-token prompt would otherwise hold [H, L, L] = 419M scores per layer (1.7 GB in fp32).
+SCORE_BUDGET = 1 << 25
+
+
+def chunk_rows(batch_heads: int, q_len: int, kv: int) -> int:
+    """Query rows per chunk so that a chunk's [B*H, rows, kv] scores stay within SCORE_BUDGET."""
+    return min(q_len, max(1, SCORE_BUDGET // (batch_heads * kv)))
 
 
 class AttentionBackend(Protocol):
@@ -98,6 +117,10 @@ class EagerAttention:
         alibi, allowed = prepared
         b, h, q_len, d = q.shape
         kv = k.shape[2]
+        rows = chunk_rows(b * h, q_len, kv)
+        if rows < q_len:            # a long prompt: same maths per query row (the GEMMs may round differently)
+            return torch.cat([self.attend(q[:, :, i:i + rows], k, v, (alibi, allowed[:, :, i:i + rows]), dropout_p)
+                              for i in range(0, q_len, rows)], dim=2)
         scores = alibi.baddbmm(q.reshape(b * h, q_len, d), k.reshape(b * h, kv, d).transpose(-1, -2),
                                beta=1.0, alpha=1.0 / math.sqrt(d))
         # HF adds finfo.min, which in fp32 rounds to exactly finfo.min; masked_fill gives the same bits
@@ -117,13 +140,33 @@ class SdpaAttention:
     name = "sdpa"
 
     def prepare(self, inputs: AttentionInputs, dtype: torch.dtype):
-        distance = inputs.key_positions[:, None, None, :] - inputs.query_positions[:, None, :, None]
+        q_len, kv = inputs.allowed.shape[2:]
+        if chunk_rows(inputs.key_positions.shape[0] * len(inputs.slopes), q_len, kv) == q_len:
+            return self.bias(inputs, dtype, 0, q_len, kv)           # one bias, shared by every layer
+        return inputs, dtype                                         # long prompt: a bias per query chunk
+
+    @staticmethod
+    def bias(inputs: AttentionInputs, dtype: torch.dtype, start: int, end: int, keys: int) -> torch.Tensor:
+        """[B, H, end - start, keys] for query rows [start, end) and the first `keys` keys."""
+        distance = inputs.key_positions[:, None, None, :keys] - inputs.query_positions[:, None, start:end, None]
         bias = inputs.slopes[None, :, None, None] * distance                        # [B, H, q, kv] fp32
-        bias = bias.masked_fill(~inputs.allowed, torch.finfo(dtype).min / 2)
+        bias = bias.masked_fill(~inputs.allowed[:, :, start:end, :keys], torch.finfo(dtype).min / 2)
         return bias.to(dtype)
 
     def attend(self, q, k, v, prepared, dropout_p: float = 0.0):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=prepared, dropout_p=dropout_p)
+        if isinstance(prepared, torch.Tensor):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=prepared, dropout_p=dropout_p)
+        inputs, dtype = prepared
+        b, h, q_len, _ = q.shape
+        kv = k.shape[2]
+        rows, out = chunk_rows(b * h, q_len, kv), []
+        for i in range(0, q_len, rows):
+            end = min(q_len, i + rows)
+            keys = kv - q_len + end                 # causal: no query of this chunk sees a later key
+            out.append(F.scaled_dot_product_attention(q[:, :, i:end], k[:, :, :keys], v[:, :, :keys],
+                                                      attn_mask=self.bias(inputs, dtype, i, end, keys),
+                                                      dropout_p=dropout_p))
+        return torch.cat(out, dim=2)
 
 
 ATTENTION_BACKENDS: dict[str, AttentionBackend] = {"eager": EagerAttention(), "sdpa": SdpaAttention()}
@@ -132,39 +175,6 @@ ATTENTION_BACKENDS: dict[str, AttentionBackend] = {"eager": EagerAttention(), "s
 def register_attention_backend(backend: AttentionBackend) -> None:
     """Add a kernel (e.g. flash-attn) under backend.name; knobs.attention then selects it."""
     ATTENTION_BACKENDS[backend.name] = backend
-
-
-# ----------------------------------------------------------------------------------------------
-# KV cache
-# ----------------------------------------------------------------------------------------------
-
-class KVCache:
-    """Keys and values of every layer, preallocated for prompt + new tokens: [n_layer, B, H, capacity, D].
-
-    Static shapes (no concatenation per step) are what CUDA-graph capture needs later."""
-
-    def __init__(self, config: BloomConfig, batch: int, capacity: int, dtype: torch.dtype, device):
-        shape = (config.n_layer, batch, config.n_head, capacity, config.head_dim)
-        self.keys = torch.empty(shape, dtype=dtype, device=device)
-        self.values = torch.empty(shape, dtype=dtype, device=device)
-        self.length = 0
-
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store the new tokens' k, v [B, H, q, D]; return everything so far [B, H, length + q, D]."""
-        end = self.length + k.shape[2]
-        if end > self.keys.shape[3]:
-            raise RuntimeError(f"KV cache holds {self.keys.shape[3]} tokens, {end} were asked for")
-        self.keys[layer, :, :, self.length:end] = k
-        self.values[layer, :, :, self.length:end] = v
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
-
-    def advance(self, n: int) -> None:
-        self.length += n
-
-    def select(self, rows: torch.Tensor) -> None:
-        """Keep (and repeat or reorder) batch rows: beam reordering, dropping finished rows."""
-        self.keys = self.keys.index_select(1, rows)
-        self.values = self.values.index_select(1, rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -240,8 +250,8 @@ class Bloom(nn.Module):
         self.checkpointing = False          # gradient checkpointing of the blocks (training only)
 
     def new_cache(self, batch: int, capacity: int) -> KVCache:
-        p = self.word_embeddings.weight
-        return KVCache(self.config, batch, capacity, p.dtype, p.device)
+        c, p = self.config, self.word_embeddings.weight
+        return KVCache(allocate(c.n_layer, batch, c.n_head, capacity, c.head_dim, p.dtype, p.device))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None,
                 attention: str = "eager", last_only: bool = True, keep: torch.Tensor | None = None) -> torch.Tensor:

@@ -67,13 +67,15 @@ def test_kv_cache_decoding_matches_full_recompute(network, padded_batch):
             torch.testing.assert_close(step[:, 0], full[:, ids.shape[1] - 1 + j], rtol=1e-5, atol=ATOL)
 
 
-def test_cache_rows_can_be_reordered_like_beams(network, padded_batch):
+def test_cache_rows_can_be_reordered_like_beams_in_place(network, padded_batch):
     ids, mask = padded_batch
-    order = torch.tensor([2, 0, 0, 1])
+    order = torch.tensor([2, 0, 0, 1, 4])
     with torch.no_grad():
         cache = network.new_cache(ids.shape[0], ids.shape[1] + 1)
         network(ids, mask, cache)
-        cache.select(order)
+        buffer = cache.buffer
+        cache.reorder(order, 0, cache.length)
+        assert cache.buffer is buffer                    # no second cache
         token = torch.full((len(order), 1), 9)
         step = network(token, torch.cat([mask[order], torch.ones_like(token)], 1), cache)
         full = network(torch.cat([ids[order], token], 1), torch.cat([mask[order], torch.ones_like(token)], 1))
