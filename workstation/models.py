@@ -49,6 +49,7 @@ class LoadedModel(ABC):
     knobs: Knobs
     attention_backends: tuple[str, ...] = ("eager", "sdpa")   # the first is the reference maths
     capabilities: frozenset[str] = frozenset()   # of "unpad", "cuda_graphs", "checkpointing", "reduced_precision"
+    graph_scope: str = ""     # what CUDA-graph capture covers in this model (the memory-pool plugin shows it)
 
     @abstractmethod
     def extract(self, documents: Sequence[Document], batch_size: int = 8,
@@ -62,6 +63,11 @@ class LoadedModel(ABC):
     def tokens_processed(self) -> int:
         """Tokens fed to the network since load (for run statistics)."""
         return 0
+
+    def resolve_attention(self, wanted: str) -> tuple[str, str]:
+        """The attention kernel that runs when `wanted` is asked for, and why when it is another one
+        (a fused kernel that is not installed, or has no kernels for this dtype)."""
+        return wanted, ""
 
     def describe(self) -> dict[str, Any]:
         return {"model": self.family.name, "weights": str(self.weights), "device": self.device,

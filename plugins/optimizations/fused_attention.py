@@ -16,9 +16,12 @@ def flash_attn_available() -> bool:
 class FusedAttention(Optimization):
     name = "flash-attention"
     title = "FlashAttention-2 / fused attention"
-    description = ("Fused attention kernel. SeqGPT's ALiBi maps onto flash-attn 2 when it is installed; "
-                   "RexUniNLU's disentangled attention (relative bias over prompt positions, isolation mask) "
-                   "cannot, so it runs PyTorch SDPA with the bias instead — the chosen kernel is shown.")
+    description = ("Fused attention kernel. SeqGPT's ALiBi maps onto flash-attn 2 (varlen prefill without the "
+                   "pads, decoding from the KV cache in place, alibi_slopes) on a CUDA GPU in fp16/bf16 when "
+                   "flash-attn is installed, else onto PyTorch SDPA with the ALiBi bias (same maths, prefill in "
+                   "query chunks). RexUniNLU's disentangled attention (relative bias over prompt positions, "
+                   "isolation mask) cannot: it runs our Triton kernel or SDPA with the bias. The kernel that "
+                   "runs is shown.")
     switch = "live"
     lossless = True
 
@@ -37,13 +40,18 @@ class FusedAttention(Optimization):
         kernel = self.kernel_for(model)
         if kernel is None:
             return False, f"{model.family.name} offers no fused attention kernel"
-        note = "" if kernel == "flash" or "flash" not in model.attention_backends else \
-            " (flash-attn is not installed or no CUDA GPU: falling back)"
+        runs, why = model.resolve_attention(kernel)
+        if runs != kernel:
+            return True, f"asks for the {kernel} kernel; {runs} runs now: {why}"
+        note = ""
+        if kernel != "flash" and "flash" in model.attention_backends:
+            why = model.resolve_attention("flash")[1] or "flash-attn is not installed or no CUDA GPU"
+            note = f" (flash-attn cannot run: {why})"
         return True, f"runs the {kernel} kernel{note}"
 
     def enable(self, model, **_):
         model.knobs.attention = self.kernel_for(model)
-        return model.knobs.attention
+        return model.resolve_attention(model.knobs.attention)[0]
 
     def disable(self, model):
         model.knobs.attention = model.attention_backends[0]

@@ -18,8 +18,9 @@ class MemoryPool(Optimization):
     name = "memory-pool"
     title = "Memory pool (CUDA graphs, shape buckets)"
     description = ("Pads batches to a few static shapes, captures each once as a CUDA graph sharing one "
-                   "memory pool, and replays it: no per-request allocation or launch overhead. "
-                   "Expandable allocator segments need a restart.")
+                   "memory pool, and replays it: no per-request allocation or launch overhead. SeqGPT keeps a "
+                   "static KV cache and replays its whole decode step (network, token choice, beam reorder) "
+                   "per token. Expandable allocator segments need a restart.")
     switch = "live"
     lossless = True
 
@@ -29,7 +30,8 @@ class MemoryPool(Optimization):
         if not model.device.startswith("cuda"):
             return False, "CUDA graphs need a CUDA GPU"
         seg = "on" if expandable_segments_on() else "off (enable in settings.toml and restart)"
-        return True, f"CUDA graphs per shape bucket; expandable segments {seg}"
+        scope = model.graph_scope or "CUDA graphs per shape bucket"
+        return True, f"{scope}; expandable segments {seg}"
 
     def enable(self, model, **_):
         model.knobs.cuda_graphs = True

@@ -6,8 +6,9 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from plugins.seqgpt import demo, loading, prompting
+from plugins.seqgpt import demo, flash, loading, prompting
 from plugins.seqgpt.generation import GenerationSettings
+from plugins.seqgpt.graphs import DecodeGraphs
 from plugins.seqgpt.modeling import ATTENTION_BACKENDS
 from plugins.seqgpt.pipeline import Pipeline
 from workstation.domain import Document, InputError, Result
@@ -65,9 +66,12 @@ class SeqGPT(ModelFamily):
 
 
 class LoadedSeqGPT(LoadedModel):
-    # Length bucketing and dropping finished rows are always on (they change no output); packing and
-    # CUDA graphs are not implemented for SeqGPT yet. Checkpointing acts in fine-tuning only.
-    capabilities = frozenset({"reduced_precision", "checkpointing"})
+    # Length bucketing is always on (it changes no output); packing is not implemented for SeqGPT.
+    # Checkpointing acts in fine-tuning only. CUDA graphs: graphs.py.
+    capabilities = frozenset({"reduced_precision", "checkpointing", "cuda_graphs"})
+    attention_backends = ("eager", "sdpa", flash.NAME)     # "eager" first: HF's arithmetic, the reference
+    graph_scope = ("SeqGPT: a static KV cache per (rows, prompt length) bucket and the whole decode step "
+                   "(network, token choice, beam reorder) replayed as one graph per token")
 
     def __init__(self, family: SeqGPT, weights: Path, device: str, network, tokenizer,
                  special: loading.SpecialTokens):
@@ -76,15 +80,25 @@ class LoadedSeqGPT(LoadedModel):
         self.knobs = Knobs()
         self.network, self.tokenizer, self.special = network, tokenizer, special
         self.pipeline = Pipeline(network, tokenizer)
+        self.graphs = DecodeGraphs(capture=device.startswith("cuda"))   # without CUDA: the same steps, uncaptured
 
-    @property
-    def attention_backends(self) -> tuple[str, ...]:
-        return tuple(ATTENTION_BACKENDS)          # "eager" first: HF's arithmetic, the reference
+    def resolve_attention(self, wanted: str) -> tuple[str, str]:
+        if wanted != flash.NAME:
+            return wanted, ""
+        why = flash.unavailable() if self.device.startswith("cuda") else "the model is not on a CUDA GPU"
+        if why is None and self.knobs.dtype == "fp32":
+            why = "flash-attn has fp16/bf16 kernels only and the model is fp32"
+        return ("sdpa", f"{why}; SDPA with the ALiBi bias computes the same attention") if why else (wanted, "")
+
+    def describe(self):
+        return {**super().describe(), "attention": self.resolve_attention(self.knobs.attention)[0],
+                "cuda_graphs": self.knobs.cuda_graphs}
 
     def set_dtype(self, dtype: str) -> None:
         if dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
         # Everything is cast, as the reference's model.half(); softmax and the search run in fp32.
+        self.graphs.clear()                           # static caches and graphs hold the old dtype
         self.network.to(DTYPES[dtype])
         self.knobs.dtype = dtype
 
@@ -112,10 +126,12 @@ class LoadedSeqGPT(LoadedModel):
     def extract(self, documents: Sequence[Document], batch_size: int = 8,
                 on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
         settings, values = self.settings(options)
-        if self.knobs.attention not in ATTENTION_BACKENDS:
-            raise InputError(f"attention backend {self.knobs.attention!r} is not available for seqgpt; "
+        attention = self.resolve_attention(self.knobs.attention)[0]
+        if attention not in ATTENTION_BACKENDS:
+            raise InputError(f"attention backend {attention!r} is not available for seqgpt; "
                              f"have {', '.join(ATTENTION_BACKENDS)}")
         for document in documents:                    # all input errors before any model work
             self.family.validate(document)
-        yield from self.pipeline.run(documents, batch_size, settings, self.knobs.attention, values["markers"],
-                                     int(values["label_batch"]), on_progress)
+        yield from self.pipeline.run(documents, batch_size, settings, attention, values["markers"],
+                                     int(values["label_batch"]), on_progress,
+                                     self.graphs if self.knobs.cuda_graphs else None)

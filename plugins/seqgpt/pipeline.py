@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings, generate
+from plugins.seqgpt.graphs import DecodeGraphs
 from plugins.seqgpt.modeling import Bloom
 from plugins.seqgpt.parsing import ground, parse_classification, parse_extraction
 from plugins.seqgpt.prompting import MAX_PROMPT_TOKENS, Prompt, normalise_labels, prompts_for, task_of
@@ -84,12 +85,14 @@ class Pipeline:
 
     def run(self, documents: Sequence[Document], batch_size: int, settings: GenerationSettings,
             attention: str = "eager", markers: str = "zh", label_batch: int = 6,
-            on_progress: Callable[[int], None] | None = None) -> Iterator[Result]:
+            on_progress: Callable[[int], None] | None = None,
+            graphs: DecodeGraphs | None = None) -> Iterator[Result]:
         runs = [plan(d, self.tokenizer, markers, label_batch) for d in documents]
         chunks = [(r, c) for r in runs for c in range(len(r.prompts))]
 
         def forward(part: Sequence[tuple[DocumentRun, int]]) -> list[str]:
-            generation = generate(self.network, [run.encoded[c] for run, c in part], settings, attention)
+            generation = generate(self.network, [run.encoded[c] for run, c in part], settings, attention,
+                                  graphs=graphs)
             self.tokens_fed += generation.tokens_fed
             return [self.tokenizer.decode(t, skip_special_tokens=True) for t in generation.tokens]
 

@@ -79,7 +79,7 @@ def test_results_carry_parsed_spans_and_raw_text(loaded, monkeypatch):
     docs = [d for d in documents() if d.id in answers]
     tokens = {tuple(loaded.tokenizer(prompts_for(d)[0].text)["input_ids"]): loaded.tokenizer(answers[d.id])["input_ids"]
               for d in docs}
-    monkeypatch.setattr(pipeline, "generate", lambda network, prompts, settings, attention: Generation(
+    monkeypatch.setattr(pipeline, "generate", lambda network, prompts, settings, attention, **_: Generation(
         [tokens[p.ids] for p in prompts], 0))
     cls, ext = list(loaded.extract(docs, batch_size=1))
     assert cls.to_json()["output"] == [[{"type": "CheckBalance", "span": "CheckBalance", "offset": None}]]
@@ -158,11 +158,11 @@ def test_out_of_memory_halves_the_batch_and_keeps_every_document(loaded, monkeyp
     real_generate = pipeline.generate
     sizes = []
 
-    def generate_with_small_memory(network, prompts, settings, attention):
+    def generate_with_small_memory(network, prompts, settings, attention, **options):
         sizes.append(len(prompts))
         if len(prompts) > 1:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_generate(network, prompts, settings, attention)
+        return real_generate(network, prompts, settings, attention, **options)
     monkeypatch.setattr(pipeline, "generate", generate_with_small_memory)
     assert [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)] == reference
     assert sizes[0] == 5 and sizes.count(1) == 5              # 5 prompt chunks in all
