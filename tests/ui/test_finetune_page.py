@@ -46,7 +46,7 @@ def wait(run_id: int, until, timeout: float = 30):
     raise AssertionError(state.training_launcher().poll(run_id))
 
 
-def start(app, **widgets):
+def start(app, clean: bool = True, **widgets):
     at = app.run()
     add_dataset()
     at.switch_page(PAGE).run()
@@ -55,7 +55,7 @@ def start(app, **widgets):
     for key, value in widgets.items():
         at.number_input(key=key).set_value(value)
     button(at, "Start fine-tuning").click().run()
-    assert not at.exception and not at.error
+    assert not at.exception and (not at.error or not clean)
     return at, at.session_state["ft_run"]
 
 
@@ -69,7 +69,7 @@ def test_without_a_dataset_the_page_says_where_to_get_one(app, trainer):
 def test_a_run_is_followed_to_the_end_and_its_weights_are_used_by_extract(app, trainer, ui_env):
     at, run_id = start(app)
     run = state.store().get_training_run(run_id)
-    assert run.status == "running" and run.args[run.args.index("--batch-size") + 1] == "1"
+    assert run.status in ("running", "completed") and run.args[run.args.index("--batch-size") + 1] == "1"
     assert Path(run.output_dir).parent == ui_env / "finetuned" and "people" in Path(run.output_dir).name
     run = wait(run_id, lambda r, p: r.finished)
     assert run.status == "completed"
@@ -98,9 +98,9 @@ def test_a_run_is_followed_to_the_end_and_its_weights_are_used_by_extract(app, t
 
 
 def test_cancel_then_resume_from_the_page(app, trainer):
-    trainer.setenv("FAKE_TRAINER_STEP_S", "0.2")
+    trainer.setenv("FAKE_TRAINER_STEP_S", "5")         # slow steps: only the cancel ends this run early
     at, run_id = start(app)
-    wait(run_id, lambda r, p: p.step >= 1)
+    wait(run_id, lambda r, p: p.start is not None)      # in its first step
     at.run()
     button(at, "Cancel").click().run()
     assert state.store().get_training_run(run_id).status in ("cancelling", "cancelled")
@@ -116,7 +116,7 @@ def test_cancel_then_resume_from_the_page(app, trainer):
 
 def test_a_trainer_that_dies_is_shown_failed_with_its_log(app, trainer):
     trainer.setenv("FAKE_TRAINER_MODE", "die-after:1")
-    at, run_id = start(app)
+    at, run_id = start(app, clean=False)                # it may be dead by the time the page is drawn
     wait(run_id, lambda r, p: r.finished)
     at.run()
     assert any("exited with exit code 3 without finishing" in e.value for e in at.error)

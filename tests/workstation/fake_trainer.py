@@ -75,7 +75,9 @@ def main() -> int:
         return 1
     started = time.perf_counter()
     while step < total:
-        time.sleep(step_s)
+        deadline = time.monotonic() + step_s
+        while time.monotonic() < deadline and not stop:     # a slow step still hears a cancel at once
+            time.sleep(0.005)
         step += 1
         emit({"event": "step", "step": step, "epoch": (step - 1) // per_epoch + 1, "loss": 1.0 / step, "lr": 1e-5,
               "seconds": time.perf_counter() - started, "gpu_allocated_MiB": 100.0 + step, "gpu_peak_MiB": 200.0})

@@ -82,7 +82,7 @@ def test_a_run_is_launched_followed_and_recorded_with_its_evaluation(store, data
 
 
 def test_cancel_stops_after_a_checkpoint_and_resume_finishes_the_run(store, dataset, tmp_path):
-    launch = launcher(store, tmp_path, FAKE_TRAINER_STEP_S="0.15")
+    launch = launcher(store, tmp_path, FAKE_TRAINER_STEP_S="0.5")
     run_id = launch.start(request(tmp_path, dataset, epochs=3))
     wait(launch, run_id, lambda r, p: p.step >= 2)
     assert launch.cancel(run_id)
@@ -92,6 +92,7 @@ def test_cancel_stops_after_a_checkpoint_and_resume_finishes_the_run(store, data
     stopped_at = progress.checkpoints[-1]["step"]
     assert launch._processes == {} and not launch.cancel(run_id)
 
+    launch.env["FAKE_TRAINER_STEP_S"] = "0.01"
     assert launch.resume(run_id)
     run = store.get_training_run(run_id)
     assert run.status == "running" and run.args.count("--resume") == 0
