@@ -107,6 +107,7 @@ def memory_pool(args) -> dict:
         same, share = agreement(links[0], links[-1])
         row["outputs_identical"], row["link_agreement_%"] = same, round(100 * share, 3)
         rows.append(row)
+        print(json.dumps(row), flush=True)           # each variant takes minutes: show it as it lands
     return {"benchmark": "memory-pool", "env": environment(device), "weights": weights,
             "rule": "peak reserved / peak allocated over all batches (torch.cuda.memory_stats)", "rows": rows}
 
