@@ -51,14 +51,14 @@ def spans(new_tokens: int) -> list[int]:
 
 class StaticRun:
     def __init__(self, network, items: int, prompt_capacity: int, settings: GenerationSettings,
-                 attention: str, pool=None):
+                 attention: str, pool=None, stream: torch.cuda.Stream | None = None):
         k = settings.num_beams
         self.decoder = StaticDecoder(network, items * k, prompt_capacity, settings.max_new_tokens, attention)
         self.search = new_search(items, network.config.vocab_size, settings, network.word_embeddings.weight.device)
         self.spans = spans(settings.max_new_tokens)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if pool is not None:
-            self._capture(pool)
+            self._capture(pool, stream)
 
     def span_for(self, step: int) -> int:
         """Step `step` (1-based decode step) attends `step` generated columns."""
@@ -76,13 +76,12 @@ class StaticRun:
         logits = self.decoder.step(self.search.next_tokens, self.search.reorder, span)
         self.search.update(logits)
 
-    def _capture(self, pool) -> None:
+    def _capture(self, pool, stream: torch.cuda.Stream) -> None:
         # Warm up (lazy cuBLAS/allocator work must not happen during capture) and capture from a
         # valid empty state; generate() resets the state in place before the real prefill.
         for span in self.spans:
             self.decoder.clear()
             self.search.clear()
-            stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 self._step(span)
@@ -103,6 +102,7 @@ class DecodeGraphs:
         self.capture, self.keep = capture, keep
         self.runs: OrderedDict[tuple, StaticRun] = OrderedDict()
         self.pool = None
+        self.stream = None        # one warm-up stream: cuBLAS keeps a workspace per stream for good
 
     def run_for(self, network, n_prompts: int, prompt_length: int, settings: GenerationSettings,
                 attention: str) -> StaticRun:
@@ -119,8 +119,10 @@ class DecodeGraphs:
             self.pool = None
         if self.capture and self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
+        if self.capture and self.stream is None:
+            self.stream = torch.cuda.Stream()
         self.runs[key] = StaticRun(network, items, capacity, settings, attention,
-                                   self.pool if self.capture else None)
+                                   self.pool if self.capture else None, self.stream)
         return self.runs[key]
 
     def clear(self) -> None:
