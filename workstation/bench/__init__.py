@@ -44,6 +44,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--long-prompt", type=int, default=5120, help="seqgpt-generate: tokens of the long prompt")
     p.add_argument("--long-new-tokens", type=int, default=64, help="seqgpt-generate: new tokens after it")
     p.add_argument("--batches", type=int, default=1000, help="memory-pool: random-shape batches per variant")
+    p.add_argument("--variants", type=lambda s: s.split(","), default=None,
+                   help="memory-pool: run only variants whose names contain one of these (comma-separated)")
     p.add_argument("--train-batch", type=int, default=None, help="train-step: rows per step (default 16 / 8)")
     p.add_argument("--train-len", type=int, default=None, help="train-step: tokens per row (default 512 / 1024)")
     p.add_argument("--train-steps", type=int, default=5, help="train-step: timed steps after warm-up")

@@ -88,7 +88,8 @@ def memory_pool(args) -> dict:
     weights = str(Path(args.weights) if args.weights else demo_weights(args, "rexuninlu"))
     rows, links = [], []
     scratch = tempfile.mkdtemp(prefix="iew-memory-pool-")
-    for name, (graphs, expandable) in VARIANTS.items():
+    chosen = {n: v for n, v in VARIANTS.items() if not args.variants or any(x in n for x in args.variants)}
+    for name, (graphs, expandable) in chosen.items():
         env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
         if expandable:
             env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
