@@ -18,9 +18,10 @@ class MemoryPool(Optimization):
     name = "memory-pool"
     title = "Memory pool (CUDA graphs, shape buckets)"
     description = ("Pads batches to a few static shapes, captures each once as a CUDA graph sharing one "
-                   "memory pool, and replays it: no per-request allocation or launch overhead. SeqGPT keeps a "
+                   "private memory pool, and replays it: no per-request launch overhead. SeqGPT keeps a "
                    "static KV cache and replays its whole decode step (network, token choice, beam reorder) "
-                   "per token. Expandable allocator segments need a restart.")
+                   "per token. Identical outputs in fp32; in fp16/bf16 the padded shapes can round differently. "
+                   "Expandable allocator segments (restart) keep reserved memory close to what is used.")
     switch = "live"
     lossless = True
 
