@@ -45,6 +45,11 @@ TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
 CANCELLED_EXIT = 130
 
 
+def _names(value: str) -> list[str]:
+    """One --optimizations word: names separated by commas, as `extract` takes them; "none" is none."""
+    return [n for n in (x.strip() for x in value.split(",")) if n and n != "none"]
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launcher.py finetune", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="rexuninlu", help="rexuninlu | seqgpt")
@@ -60,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps for linear warm-up")
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--optimizations", nargs="*", default=[], help="e.g. gradient-checkpointing")
+    p.add_argument("--optimizations", nargs="*", default=[], type=_names,
+                   help="comma- or space-separated, e.g. gradient-checkpointing,flash-attention")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUTPUT")
@@ -358,6 +364,8 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
         raise InputError("--dtype bf16 needs a CUDA device; on CPU train in fp32")
     if args.output.resolve() == args.weights.resolve():
         raise InputError("--output must differ from --weights; the original checkpoint is kept")
+    args.optimizations = [n for item in args.optimizations                      # --optimizations a,b c
+                          for n in ([item] if isinstance(item, str) else item)]
     refused = [o for o in args.optimizations if o not in TRAINING_OPTIMIZATIONS]
     if refused:
         raise InputError(f"optimization(s) {', '.join(refused)} do not apply to fine-tuning; "

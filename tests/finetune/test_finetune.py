@@ -206,3 +206,13 @@ def test_cli_reports_bad_input_with_its_line(rex_tiny, tmp_path, capsys):
     assert "line 2: " in capsys.readouterr().err
     assert cli.main(args[:-2] + ["--output", str(tmp_path / "o"), "--optimizations", "memory-pool"]) == 2
     assert "do not apply to fine-tuning" in capsys.readouterr().err
+
+
+def test_optimizations_take_commas_as_extract_does(rex_tiny, tmp_path, capsys):
+    from workstation import cli
+    path = write_jsonl(tmp_path / "gold.jsonl", ner_lines()[:1])
+    args = ["finetune", "--weights", str(rex_tiny), "--train", str(path), "--output", str(tmp_path / "o"),
+            "--optimizations", "gradient-checkpointing,precision"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "precision do not apply" in err and "gradient-checkpointing," not in err
