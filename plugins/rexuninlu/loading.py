@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 
 from plugins.rexuninlu.modeling import RexConfig, RexModel
 from workstation.domain import WeightsError
+from workstation.weights import check_tensors, read_state_dict
 
 # Added at run time by the reference, in this order; the ids are len(vocab.txt) + k.
 PROMPT_TOKENS = ("[PREFIX]", "[TYPE]", "[CLASSIFY]", "[MULTICLASSIFY]")
@@ -55,40 +55,12 @@ def load_tokenizer(weights: Path):
     return tok
 
 
-def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
-    for name in WEIGHT_FILES:
-        path = weights / name
-        if not path.is_file():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-                return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:       # truncated download, wrong format, pickle with code...
-            raise WeightsError(f"{path} could not be read ({type(e).__name__}: {e}); "
-                               "the file is corrupt or not a plain state dict") from None
-    raise WeightsError(f"{weights} has no weights: expected one of {', '.join(WEIGHT_FILES)}")
-
-
 def load_model(weights: Path) -> tuple[RexModel, RexConfig]:
     config = read_config(weights)
-    state = read_state_dict(weights)
+    state = read_state_dict(weights, WEIGHT_FILES)
     model = RexModel(config)
     expected = model.state_dict()
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected and k not in BENIGN_EXTRA_KEYS]
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing keys: {', '.join(missing[:8])}{' …' if len(missing) > 8 else ''}")
-        if unexpected:
-            parts.append(f"unexpected keys: {', '.join(unexpected[:8])}{' …' if len(unexpected) > 8 else ''}")
-        raise WeightsError(f"{weights}: the weights do not match the RexUniNLU architecture in config.json; "
-                           + "; ".join(parts))
-    for k, v in expected.items():
-        if tuple(state[k].shape) != tuple(v.shape):
-            raise WeightsError(f"{weights}: weight {k} has shape {tuple(state[k].shape)}, "
-                               f"config.json implies {tuple(v.shape)}")
+    check_tensors(weights, state, {k: v.shape for k, v in expected.items()}, "RexUniNLU architecture",
+                  ignored=BENIGN_EXTRA_KEYS)
     model.load_state_dict({k: state[k].float() for k in expected}, strict=True)
     return model.eval(), config

@@ -14,6 +14,7 @@ import torch
 
 from plugins.seqgpt.modeling import Bloom, BloomConfig
 from workstation.domain import WeightsError
+from workstation.weights import check_tensors, read_state_dict
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -67,43 +68,16 @@ def read_special_tokens(weights: Path) -> SpecialTokens:
     return SpecialTokens(eos=int(eos), pad=int(merged.get("pad_token_id", 3)))
 
 
-def read_state_dict(weights: Path) -> dict[str, torch.Tensor]:
-    for name in WEIGHT_FILES:
-        path = weights / name
-        if not path.exists():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-                return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:            # noqa: BLE001 - any unreadable file gets the same advice
-            raise WeightsError(f"{path} could not be read ({type(e).__name__}: {e}); is the download complete?") \
-                from None
-    raise WeightsError(f"no weights in {weights}: expected one of {', '.join(WEIGHT_FILES)}")
-
-
 def load_network(weights: Path, dtype: torch.dtype = torch.float32) -> Bloom:
     """The network on the CPU in `dtype` (the official file is fp16; fp32 upcasts it exactly)."""
     config = read_config(weights)
-    state = {k.removeprefix("transformer."): v for k, v in read_state_dict(weights).items()}
+    state = {k.removeprefix("transformer."): v for k, v in read_state_dict(weights, WEIGHT_FILES).items()}
     if config.tie_word_embeddings:
         state.pop("lm_head.weight", None)          # tied: the embedding matrix is the output layer
     with torch.device("meta"):
         network = Bloom(config)
     expected = {k: tuple(v.shape) for k, v in network.state_dict().items()}
-    missing = [k for k in expected if k not in state]
-    if missing:
-        raise WeightsError(f"{weights}: tensor(s) missing from the checkpoint: {', '.join(missing[:8])}"
-                           + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
-    unexpected = [k for k in state if k not in expected]
-    if unexpected:
-        raise WeightsError(f"{weights}: tensor(s) this BLOOM config does not have: {', '.join(unexpected[:8])}; "
-                           "does config.json belong to these weights?")
-    for key, shape in expected.items():
-        if tuple(state[key].shape) != shape:
-            raise WeightsError(f"{weights}: tensor {key} has shape {tuple(state[key].shape)}, "
-                               f"config.json implies {shape}")
+    check_tensors(weights, state, expected, "BLOOM configuration")
     network.load_state_dict({k: v.to(dtype) for k, v in state.items()}, assign=True)
     return network.eval().requires_grad_(False)
 
