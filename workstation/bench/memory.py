@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import tempfile
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -81,34 +81,38 @@ def agreement(a: list[set], b: list[set]) -> tuple[bool, float]:
     return a == b, 1.0 if either == 0 else both / either
 
 
+def in_child(call: list, expandable: bool) -> tuple[dict, list[set]]:
+    """run_variant(*call) in a fresh process whose allocator has expandable segments on or off."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
+    if expandable:
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    code = (f"import sys, json; sys.path.insert(0, {str(ROOT)!r}); from workstation.bench.memory import "
+            f"run_variant; print(json.dumps(run_variant(*json.loads(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(call)], env=env, cwd=ROOT,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"a memory-pool variant failed:\n{done.stderr[-3000:]}")
+    with open(call[-1], "rb") as f:
+        return json.loads(done.stdout.strip().splitlines()[-1]), pickle.load(f)
+
+
 def memory_pool(args) -> dict:
     device = engine.resolve_device(args.device)
     if not device.startswith("cuda"):
         raise InputError("memory-pool measures the CUDA allocator; run it with --device cuda")
     weights = str(Path(args.weights) if args.weights else demo_weights(args, "rexuninlu"))
-    rows, links = [], []
-    scratch = tempfile.mkdtemp(prefix="iew-memory-pool-")
     chosen = {n: v for n, v in VARIANTS.items() if not args.variants or any(x in n for x in args.variants)}
-    for name, (graphs, expandable) in chosen.items():
-        env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
-        if expandable:
-            env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-        links_file = os.path.join(scratch, f"links-{len(rows)}.pkl")
-        call = [weights, device, graphs, args.batches, args.seed, links_file]
-        code = (f"import sys, json; sys.path.insert(0, {str(ROOT)!r}); from workstation.bench.memory import "
-                f"run_variant; print(json.dumps(run_variant(*json.loads(sys.argv[1]))))")
-        done = subprocess.run([sys.executable, "-c", code, json.dumps(call)], env=env, cwd=ROOT,
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"variant {name!r} failed:\n{done.stderr[-3000:]}")
-        row = {"variant": name, **json.loads(done.stdout.strip().splitlines()[-1])}
-        row["within_1.2x"] = row["peak_reserved_over_peak_allocated"] <= 1.2
-        with open(links_file, "rb") as f:
-            links.append(pickle.load(f))
-        same, share = agreement(links[0], links[-1])
-        row["outputs_identical"], row["link_agreement_%"] = same, round(100 * share, 3)
-        rows.append(row)
-        print(json.dumps(row), flush=True)           # each variant takes minutes: show it as it lands
+    rows, baseline = [], None
+    with tempfile.TemporaryDirectory(prefix="iew-memory-pool-") as scratch:
+        for name, (graphs, expandable) in chosen.items():
+            call = [weights, device, graphs, args.batches, args.seed, os.path.join(scratch, "links.pkl")]
+            stats, links = in_child(call, expandable)
+            baseline = baseline if baseline is not None else links
+            same, share = agreement(baseline, links)
+            row = {"variant": name, **stats, "within_1.2x": stats["peak_reserved_over_peak_allocated"] <= 1.2,
+                   "outputs_identical": same, "link_agreement_%": round(100 * share, 3)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)           # each variant takes minutes: show it as it lands
     return {"benchmark": "memory-pool", "env": environment(device), "weights": weights,
             "rule": "peak reserved / peak allocated over all batches (torch.cuda.memory_stats)", "rows": rows}
 
