@@ -282,13 +282,11 @@ def live_panel(run_id: int) -> None:
 
 # ---- the page --------------------------------------------------------------------------------------------------
 
-with st.expander("New fine-tune", expanded=not store.list_training_runs(limit=1)):
+# Unfinished runs are polled first, so the list below shows where each one is now.
+past = [r if r.finished else launcher.poll(r.id)[0] for r in store.list_training_runs(limit=200)]
+with st.expander("New fine-tune", expanded=not past):
     new_run_form()
 
-for unfinished in store.list_training_runs(limit=200):
-    if not unfinished.finished:
-        launcher.poll(unfinished.id)     # the list below shows where each run is now
-past = store.list_training_runs(limit=200)
 if not past:
     st.info("No fine-tuning runs yet.")
     st.stop()
