@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import torch
 
-from plugins.seqgpt.cache import KVCache, StaticKVCache, allocate
+from plugins.seqgpt.cache import KVCache, StaticKVCache
 
 
-def _allocate(network, rows: int, capacity: int) -> torch.Tensor:
-    c, p = network.config, network.word_embeddings.weight
-    return allocate(c.n_layer, rows, c.n_head, capacity, c.head_dim, p.dtype, p.device)
-
-
-def _prefill(network, batch, cache: KVCache, attention: str) -> torch.Tensor:
-    """The prompts' forward pass through `cache`; logits of each prompt's last position [n, V] fp32."""
-    return network(batch.input_ids, batch.attention_mask, cache, attention)[:, -1].float()
+def _prefill(network, batch, cache: KVCache, beams: int, start: int, attention: str) -> torch.Tensor:
+    """The prompts' forward pass, written into columns [start, start + L) of each item's first row of
+    `cache` and copied to its other beam rows; logits of each row's last position [n * beams, V] fp32."""
+    n, length = batch.input_ids.shape
+    end = start + length
+    window = cache.window(slice(0, n * beams, beams), start, end)
+    logits = network(batch.input_ids, batch.attention_mask, window, attention)[:, -1].float()
+    cache.share_prompt(beams, start, end)
+    return logits.repeat_interleave(beams, dim=0)
 
 
 class PlainDecoder:
@@ -36,13 +37,11 @@ class PlainDecoder:
     def prefill(self, batch, beams: int) -> torch.Tensor:
         n, length = batch.input_ids.shape
         self.prompt_length = length
-        self.cache = KVCache(_allocate(self.network, n * beams, length + self.new_tokens))
-        logits = _prefill(self.network, batch, self.cache.window(slice(None, None, beams), 0, length),
-                          self.attention)
+        self.cache = self.network.new_cache(n * beams, length + self.new_tokens)
+        logits = _prefill(self.network, batch, self.cache, beams, 0, self.attention)
         self.cache.length = length
-        self.cache.share_prompt(beams, 0, length)
         self.mask = batch.attention_mask.repeat_interleave(beams, dim=0)
-        return logits.repeat_interleave(beams, dim=0)
+        return logits
 
     def step(self, tokens: torch.Tensor, reorder: torch.Tensor | None, span: int) -> torch.Tensor:
         if reorder is not None:               # beams of an item share the prompt: move generated columns only
@@ -57,7 +56,7 @@ class StaticDecoder:
         self.rows, self.prompt_capacity = rows, prompt_capacity
         capacity = prompt_capacity + new_capacity
         device = network.word_embeddings.weight.device
-        self.buffer = _allocate(network, rows, capacity)
+        self.cache = network.new_cache(rows, capacity)
         self.key_mask = torch.zeros((rows, capacity), dtype=torch.long, device=device)   # 1 = a key to attend
         self.column = torch.full((1,), prompt_capacity, dtype=torch.long, device=device)  # where the next K/V go
 
@@ -75,22 +74,20 @@ class StaticDecoder:
         start = p - length
         self.clear()
         self.key_mask[:n * beams, start:p] = batch.attention_mask.repeat_interleave(beams, dim=0)
-        cache = KVCache(self.buffer)
-        logits = _prefill(self.network, batch, cache.window(slice(0, n * beams, beams), start, p), self.attention)
-        cache.share_prompt(beams, start, p)
+        logits = _prefill(self.network, batch, self.cache, beams, start, self.attention)
         # Rows past the batch (bucket padding) keep stale but finite K/V and attend only their own
         # generated tokens; the search ignores them.
         out = logits.new_zeros((self.rows, logits.shape[-1]))
-        out[:n * beams] = logits.repeat_interleave(beams, dim=0)
+        out[:n * beams] = logits
         return out
 
     def step(self, tokens: torch.Tensor, reorder: torch.Tensor | None, span: int) -> torch.Tensor:
         """One token per row; attends columns [0, P + span), so span must cover the tokens so far."""
         end = self.prompt_capacity + span
         if reorder is not None:
-            KVCache(self.buffer).reorder(reorder, self.prompt_capacity, end)
+            self.cache.reorder(reorder, self.prompt_capacity, end)
         self.key_mask.index_fill_(1, self.column, 1)
-        cache = StaticKVCache(self.buffer, self.column, end)
+        cache = StaticKVCache(self.cache.buffer, self.column, end)
         logits = self.network(tokens[:, None], self.key_mask[:, :end], cache, self.attention)[:, -1].float()
         self.column += 1
         return logits
