@@ -324,6 +324,13 @@ def new_search(rows_or_items: int, vocab: int, s: GenerationSettings, device) ->
     return (GreedySearch if s.num_beams == 1 else BeamSearch)(rows_or_items, vocab, s, device)
 
 
+def decode_step(decoder, search: _Search, span: int) -> None:
+    """One decode step: count the rows fed, run the decoder, choose the next tokens (and beams). The
+    graph path captures exactly this."""
+    search.count_fed()
+    search.update(decoder.step(search.next_tokens, search.reorder, span))
+
+
 # ----------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------
@@ -371,8 +378,7 @@ def generate(network: Bloom, prompts: Sequence[EncodedPrompt], settings: Generat
         search = new_search(len(prompts), network.config.vocab_size, s, device)
 
         def advance(step: int) -> None:
-            search.count_fed()
-            search.update(decoder.step(search.next_tokens, search.reorder, step))
+            decode_step(decoder, search, step)
         lag = 0
     else:
         run = graphs.run_for(network, len(prompts), batch.input_ids.shape[1], s, attention)

@@ -26,7 +26,7 @@ from collections import OrderedDict
 import torch
 
 from plugins.seqgpt.decoders import StaticDecoder
-from plugins.seqgpt.generation import GenerationSettings, new_search
+from plugins.seqgpt.generation import GenerationSettings, decode_step, new_search
 
 PROMPT_QUANTUM = 64
 MIN_SPAN = 16
@@ -72,9 +72,7 @@ class StaticRun:
             self._step(span)
 
     def _step(self, span: int) -> None:
-        self.search.count_fed()
-        logits = self.decoder.step(self.search.next_tokens, self.search.reorder, span)
-        self.search.update(logits)
+        decode_step(self.decoder, self.search, span)
 
     def _capture(self, pool, stream: torch.cuda.Stream) -> None:
         # Warm up (lazy cuBLAS/allocator work must not happen during capture) and capture from a
