@@ -85,19 +85,6 @@ class GoldDatasets:
             d = _dataset(s, dataset_id)
             return dataset_view(d, _count(s, d.id))
 
-    def find_dataset(self, model: str, name: str) -> Dataset | None:
-        with self._read() as s:
-            d = s.scalar(select(DatasetRecord).where(DatasetRecord.model == model, DatasetRecord.name == name.strip()))
-            return dataset_view(d, _count(s, d.id)) if d else None
-
-    def rename_dataset(self, dataset_id: int, name: str) -> None:
-        name = dataset_name(name)
-        with self._write() as s:
-            d = _dataset(s, dataset_id)
-            if name != d.name and _find(s, d.model, name) is not None:
-                raise InputError(f"a {d.model} dataset named {name!r} already exists")
-            d.name, d.updated_at = name, utcnow()
-
     def delete_dataset(self, dataset_id: int) -> bool:
         """The dataset and its examples (runs they came from stay; training runs keep their record)."""
         with self._write() as s:
