@@ -68,3 +68,12 @@ def test_a_static_step_takes_the_new_tokens_own_position_not_the_last_columns():
     from plugins.seqgpt.modeling import AttentionInputs, alibi_slopes
     mask = torch.tensor([[0, 0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])   # pads, real keys, unwritten
     assert AttentionInputs.from_mask(mask, 1, alibi_slopes(16)).query_positions.tolist() == [[2], [6]]
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_static_sdpa_steps_give_the_fp32_eager_tokens(network, tokenizer, reference_prompts, num_beams):
+    """The optimized path short of capture (static shapes, sdpa) against the fp32 eager reference directly."""
+    prompts = encode(tokenizer, reference_prompts)
+    settings = GenerationSettings(num_beams=num_beams, max_new_tokens=MAX_NEW, repetition_penalty=2.0)
+    static = generate(network, prompts, settings, "sdpa", graphs=DecodeGraphs(capture=False))
+    assert static.tokens == generate(network, prompts, settings, "eager").tokens
