@@ -24,3 +24,12 @@ def rex_tiny(tmp_path_factory) -> Path:
 def rex_model(rex_tiny):
     from plugins.rexuninlu.family import RexUniNLU
     return RexUniNLU().load(rex_tiny)
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An empty history database in tmp_path (tests/storage has its own, one folder down)."""
+    from storage import open_store
+    s = open_store(tmp_path / "runs.db")
+    yield s
+    s.close()

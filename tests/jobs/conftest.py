@@ -1,17 +1,9 @@
-"""Fixtures for the batch-worker tests: a store, the fake model plugin, fake weights."""
+"""Fixtures for the batch-worker tests: the fake model plugin, fake weights (`store` is in tests/conftest.py)."""
 from __future__ import annotations
 
 # tests/conftest.py puts the repository on sys.path and keeps installed plugins out (sys._called_from_test).
 import pytest
 import fake_model
-from storage import open_store
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(tmp_path / "runs.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

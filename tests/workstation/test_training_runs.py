@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from storage import open_store
 from workstation import training_runs as tr
 from workstation.domain import Document, InputError
 from workstation.settings import Settings
 
 FAKE = Path(__file__).with_name("fake_trainer.py")
 GOLD = [[{"type": "人物", "span": "张三", "offset": [0, 2]}]]
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = open_store(tmp_path / "runs.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture
