@@ -192,9 +192,10 @@ def _use(model, attention: str, graphs: bool) -> None:
 def seqgpt_generate(args) -> dict:
     from transformers import BloomForCausalLM
     from plugins.optimizations.fused_attention import FusedAttention
+    from plugins.seqgpt.family import DTYPES
     from plugins.seqgpt.generation import Batch, GenerationSettings
     device = engine.resolve_device(args.device)
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    dtype = DTYPES[args.dtype]
     repeats = args.repeats
     weights = Path(args.weights) if args.weights else demo_weights(args, "seqgpt")
     low = engine.load_model("seqgpt", weights, device, args.dtype)          # only these weights on the GPU yet
