@@ -101,3 +101,10 @@ def test_comparison_rows_list_what_differs_per_document():
         {"document": "d1", "change": "only in B", "tuple": "p: Cy"},
         {"document": "d2", "change": "only in B", "tuple": "(the whole document)"},
     ]
+
+
+def test_user_text_in_markdown_cannot_become_a_link_image_or_formatting():
+    from workstation.ui.render import md_text
+    assert md_text("![x](http://evil/a.png)") == r"\!\[x\]\(http://evil/a\.png\)"
+    assert md_text("**bold** `code` $x$") == r"\*\*bold\*\* \`code\` \$x\$"
+    assert md_text("人物-数据集_1") == r"人物\-数据集\_1"

@@ -112,7 +112,7 @@ def editor(store, detail, position: int) -> None:
         saved = store.gold_examples_of_document(run_id, position)
         if saved:
             cols = st.columns([4, 2])
-            cols[0].caption("Saved before in: " + ", ".join(f"{ds.name} (example {ex.id})" for ds, ex in saved))
+            cols[0].caption("Saved before in: " + ", ".join(f"{render.md_text(ds.name)} (example {ex.id})" for ds, ex in saved))
             if cols[1].button("Load the saved correction", key=_key(d, "load")):
                 actions.append(("load", saved[-1][1].output))
         if tuples:

@@ -8,10 +8,20 @@ from __future__ import annotations
 
 import colorsys
 import hashlib
+import re
 from html import escape
 from typing import Iterable
 
 from workstation.domain import Result, Span
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
+
+
+def md_text(text: str) -> str:
+    """User text (a dataset or file name) inside Streamlit markdown: every markdown character is
+    backslash-escaped, so it shows as typed and never becomes a link, an image or formatting."""
+    return _MARKDOWN.sub(r"\\\1", str(text))
+
 
 MAX_DRAWN_CHARS = 20_000        # longer texts are drawn up to here (with a note); extraction sees all
 

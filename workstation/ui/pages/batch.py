@@ -10,7 +10,7 @@ import streamlit as st
 from workstation import plugins
 from workstation.domain import InputError
 from workstation.inputs import read_valid_documents
-from workstation.ui import gpu, runs, schema_editor, state
+from workstation.ui import gpu, render, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
 
 SUFFIXES = ["jsonl", "json", "csv", "txt"]
@@ -121,7 +121,7 @@ def jobs() -> None:
 def job_card(store, job) -> None:
     with st.container(border=True):
         cols = st.columns([5, 1])
-        cols[0].markdown(f"**Job {job.id}** · {job.source_name} · {job.model} · `{job.status}`")
+        cols[0].markdown(f"**Job {job.id}** · {render.md_text(job.source_name)} · {job.model} · `{job.status}`")
         rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
         st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s")
         if not job.finished:

@@ -19,7 +19,7 @@ from workstation import plugins
 from workstation.domain import InputError
 from workstation.training_runs import (TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output,
                                        log_tail)
-from workstation.ui import gpu, state
+from workstation.ui import gpu, render, state
 
 OTHER = "(another directory…)"
 EVAL_MODES = {"train": "the training data", "dataset": "another dataset", "split": "a held-out share of it"}
@@ -195,8 +195,8 @@ def comparison(run) -> None:
 def run_panel(run, progress) -> None:
     st.markdown(f"#### {STATUS_ICONS.get(run.status, '')} Training run {run.id} · {run.model} · `{run.status}`")
     device = (progress.start or {}).get("device")
-    st.caption(f"Trained on {run.train_name} · evaluated on "
-               f"{(run.datasets.get('eval') or {}).get('name') or (run.datasets.get('eval') or {}).get('path') or 'the training data'}"
+    st.caption(f"Trained on {render.md_text(run.train_name)} · evaluated on "
+               f"{render.md_text((run.datasets.get('eval') or {}).get('name') or (run.datasets.get('eval') or {}).get('path') or 'the training data')}"
                f" · from `{run.base_weights}` → `{run.output_dir}`" + (f" · device {device}" if device else "")
                + f" · {run.source}")
     total = progress.total_steps or run.total_steps
