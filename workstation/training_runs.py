@@ -137,8 +137,7 @@ class FinetuneRequest:
             raise InputError(f"{output} is not empty: choose a new output directory (or resume the run that wrote it)")
 
     def argv(self, train: Path, evaluation: Path | None, events: Path) -> list[str]:
-        """The `launcher.py finetune` arguments (workstation/finetune.py's parser: --optimizations takes names
-        separated by spaces)."""
+        """The `launcher.py finetune` arguments (workstation/finetune.py's parser)."""
         args = ["--model", self.model, "--weights", str(self.weights), "--train", str(train),
                 "--output", str(self.output), "--epochs", str(int(self.epochs)),
                 "--batch-size", str(int(self.batch_size)), "--lr", repr(float(self.lr)), "--dtype", self.dtype,
