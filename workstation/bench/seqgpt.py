@@ -261,7 +261,7 @@ def _rows_for(setting: str, runs: dict, eager: str, fp32: str | None, stack: str
     for name, result in runs.items():
         if name == fp32:                      # the fp32 reference: compared with reduced-precision eager
             out.append(make_row(setting, name, result, "-" if tokens(name) else None,
-                                _agreement(tokens(name), tokens(name))))
+                                "reference" if tokens(name) else None))
             continue
         same = _agreement(tokens(name), reference)
         agree = _agreement(tokens(name), fp32_tokens) if fp32 else None
