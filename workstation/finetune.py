@@ -149,7 +149,8 @@ def evaluate(model, gold_docs, batch_size: int, options: dict | None = None,
         for (doc, gold), result in zip(gold_docs, results):
             if stop is not None:
                 stop.check()
-            pred, true = {_key(t, _asked_types(doc)) for t in result.tuples}, {_gold_key(t) for t in gold}
+            asked = _asked_types(doc)
+            pred, true = {_key(t, asked) for t in result.tuples}, {_gold_key(t) for t in gold}
             for k in pred | true:
                 c = counts["/".join(t for t, _, _ in k)]
                 c[0] += k in pred and k in true
