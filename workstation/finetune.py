@@ -177,9 +177,14 @@ def run_shape(args) -> dict:
     return {k: str(getattr(args, k)) for k in RUN_SHAPE}
 
 
+def checkpoints(output: Path) -> list[Path]:
+    """The complete checkpoints in OUTPUT, oldest first."""
+    return sorted((d for d in (output / "checkpoints").glob("step-*") if (d / "state.pt").is_file()),
+                  key=lambda d: int(d.name.split("-")[1]))
+
+
 def last_checkpoint(output: Path) -> Path | None:
-    found = sorted((d for d in (output / "checkpoints").glob("step-*") if (d / "state.pt").is_file()),
-                   key=lambda d: int(d.name.split("-")[1]))
+    found = checkpoints(output)
     return found[-1] if found else None
 
 
@@ -205,9 +210,7 @@ def save_checkpoint(output: Path, state: dict, keep: int) -> Path:
     # Written under a temporary name first: an interrupted save never looks like a checkpoint.
     torch.save(state, d / "state.pt.tmp")
     (d / "state.pt.tmp").replace(d / "state.pt")
-    done = sorted((c for c in (output / "checkpoints").glob("step-*") if (c / "state.pt").is_file()),
-                  key=lambda c: int(c.name.split("-")[1]))
-    for old in done[:-max(keep, 1)]:                     # a full-size one is GBs with AdamW state
+    for old in checkpoints(output)[:-max(keep, 1)]:      # a full-size one is GBs with AdamW state
         shutil.rmtree(old)
     return d
 
