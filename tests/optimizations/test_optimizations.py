@@ -3,7 +3,6 @@ import pytest
 import torch
 
 from workstation import engine, plugins
-from workstation.domain import Document
 from tests.rexuninlu.test_model import mixed_documents, outputs
 
 
@@ -82,22 +81,34 @@ def test_graphs_are_captured_largest_bucket_first_and_blank_batches_change_nothi
     assert scorer.readable_links(scoring.run_network(fresh_rex.network, blank), blank).numel() == 0
 
 
-def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex):
+def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex, monkeypatch):
+    from plugins.rexuninlu import modeling
     from plugins.rexuninlu.pipeline import document_run
     from plugins.rexuninlu.scoring import isolation_mask
     net = fresh_rex.network
     windows = document_run(fresh_rex.prompter, "北大西洋议会春季会议在巴塞罗那闭幕", {"地点": None}).send(None)
     p = fresh_rex.scorer.pack([[w] for w in windows])
 
+    layer_calls, layer_forward = [], modeling.Layer.forward
+
+    def counted(self, *args):
+        layer_calls.append(1)
+        return layer_forward(self, *args)
+    monkeypatch.setattr(modeling.Layer, "forward", counted)
+    layers = len(net.plm.encoder.layer)
+
     def grads(checkpointing):
         net.zero_grad()
         torch.manual_seed(0)                    # the same dropout masks in both runs
         net.train()
         net.plm.encoder.checkpointing = checkpointing
+        layer_calls.clear()
         net(p.ids, p.positions, isolation_mask(p), p.valid).square().mean().backward()
         net.eval()
-        return {n: q.grad.clone() for n, q in net.named_parameters() if q.grad is not None}
-    plain, ckpt = grads(False), grads(True)
+        return {n: q.grad.clone() for n, q in net.named_parameters() if q.grad is not None}, len(layer_calls)
+    (plain, plain_calls), (ckpt, ckpt_calls) = grads(False), grads(True)
+    # Checkpointing really ran: every layer was recomputed in backward (else this compares a run with itself).
+    assert (plain_calls, ckpt_calls) == (layers, 2 * layers)
     assert plain.keys() == ckpt.keys() and len(plain) > 10
     for name in plain:
         assert torch.allclose(plain[name], ckpt[name], atol=1e-6, rtol=1e-5), name
