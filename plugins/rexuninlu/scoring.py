@@ -100,6 +100,14 @@ class WindowScorer:
         B = len(rows)
         if self.knobs.cuda_graphs:
             B = 1 << (B - 1).bit_length()                         # rows padded to a power of two
+        return self.fill(rows, B, L)
+
+    def blank(self, rows: int, length: int) -> Packed:
+        """A batch of padding only, of the given shape (graph capture needs shapes, not data)."""
+        return self.fill([], rows, length)
+
+    def fill(self, rows: Sequence[Sequence[Window]], B: int, L: int) -> Packed:
+        """[B, L] device tensors: padding everywhere, then each row's windows one after another."""
         ids = np.full((B, L), self.pad_id, np.int64)
         pos, typ = np.zeros((B, L), np.int64), np.zeros((B, L), np.int64)
         grp, seg = np.full((B, L), -2, np.int64), np.full((B, L), -1, np.int64)
@@ -108,7 +116,7 @@ class WindowScorer:
         for r, row in enumerate(rows):
             at = 0
             for w in row:
-                n, nh, end = len(w.ids), w.n_hint, at + len(w.ids)
+                nh, end = w.n_hint, at + len(w.ids)
                 starts.append((r, at))
                 ids[r, at:end] = w.ids
                 pos[r, at:end] = w.positions
@@ -143,13 +151,6 @@ class WindowScorer:
         if key not in self.graphs:
             self.graphs[key] = CapturedForward(self.network, p, self.graphs)
         return self.graphs[key]
-
-    def blank(self, rows: int, length: int) -> Packed:
-        """A batch of padding only, of the given shape (graph capture needs shapes, not data)."""
-        def full(value, dtype=torch.long):
-            return torch.full((rows, length), value, dtype=dtype, device=self.device)
-        return Packed(full(self.pad_id), full(0), full(-2), full(0), full(-1), full(False, torch.bool),
-                      full(False, torch.bool), starts=[])
 
     @torch.inference_mode()
     def forward(self, rows: Sequence[Sequence[Window]]) -> list[list[Links]]:
