@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=float, default=0.1, help="share of steps for linear warm-up")
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--optimizations", nargs="*", default=[], type=_names,
+    p.add_argument("--optimizations", nargs="*", default=[],
                    help="comma- or space-separated, e.g. gradient-checkpointing,flash-attention")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto")
@@ -368,8 +368,7 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
         raise InputError("--dtype bf16 needs a CUDA device; on CPU train in fp32")
     if args.output.resolve() == args.weights.resolve():
         raise InputError("--output must differ from --weights; the original checkpoint is kept")
-    args.optimizations = [n for item in args.optimizations                      # --optimizations a,b c
-                          for n in ([item] if isinstance(item, str) else item)]
+    args.optimizations = [n for item in args.optimizations for n in _names(item)]    # --optimizations a,b c
     refused = [o for o in args.optimizations if o not in TRAINING_OPTIMIZATIONS]
     if refused:
         raise InputError(f"optimization(s) {', '.join(refused)} do not apply to fine-tuning; "
