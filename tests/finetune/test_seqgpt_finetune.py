@@ -122,8 +122,12 @@ def test_loss_decreases_over_a_few_steps(seqgpt):
 
 
 @pytest.mark.parametrize("attention", ["eager", "sdpa"])
-def test_block_checkpointing_gives_the_same_gradients(seqgpt_tiny, tmp_path, attention):
+def test_block_checkpointing_gives_the_same_gradients(seqgpt_tiny, tmp_path, attention, monkeypatch):
     # With dropout on: checkpointing must replay the same masks when it recomputes a block.
+    from plugins.seqgpt import modeling
+    calls = []
+    block_forward = modeling.Block.forward
+    monkeypatch.setattr(modeling.Block, "forward", lambda self, *a, **k: calls.append(1) or block_forward(self, *a, **k))
     model = SeqGPT().load(with_dropout(seqgpt_tiny, tmp_path / "dropout", 0.1, 0.1))
     examples = all_examples(model)
     training = model.training()
@@ -134,9 +138,12 @@ def test_block_checkpointing_gives_the_same_gradients(seqgpt_tiny, tmp_path, att
         assert training.begin() == attention
         training.network.zero_grad()
         torch.manual_seed(0)
+        calls.clear()
         training.loss(examples).backward()
-        return {n: q.grad.clone() for n, q in training.network.named_parameters()}
-    plain, ckpt = grads(False), grads(True)
+        return {n: q.grad.clone() for n, q in training.network.named_parameters()}, len(calls)
+    (plain, plain_calls), (ckpt, ckpt_calls) = grads(False), grads(True)
+    layers = model.network.config.n_layer
+    assert (plain_calls, ckpt_calls) == (layers, 2 * layers)          # every block really recomputed
     assert len(plain) > 10 and all(q.abs().sum() > 0 for q in plain.values())
     for name in plain:
         assert torch.allclose(plain[name], ckpt[name], atol=1e-6, rtol=1e-5), name
