@@ -27,6 +27,7 @@ import json
 import random
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -128,11 +129,28 @@ def gradients(model, training, rows, checkpointing: bool, autocast) -> dict:
     return grads
 
 
-def timed_steps(model, training, rows, checkpointing: bool, autocast, steps: int, device: str) -> dict:
+@contextmanager
+def optimizing(model, training, checkpointing: bool, device: str):
+    """Training switched on with the checkpointing knob and an AdamW over its parameters; the
+    optimizer state and gradients are freed afterwards, so the next variant starts from the weights."""
     model.knobs.checkpointing = checkpointing
     training.begin()
     params = [q for q in training.network.parameters() if q.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-6)
+    try:
+        yield params, optimizer
+    finally:
+        optimizer.state.clear()
+        training.network.zero_grad(set_to_none=True)
+        free(device)
+
+
+def timed_steps(model, training, rows, checkpointing: bool, autocast, steps: int, device: str) -> dict:
+    with optimizing(model, training, checkpointing, device) as (params, optimizer):
+        return _timed_steps(training, params, optimizer, rows, autocast, steps, device)
+
+
+def _timed_steps(training, params, optimizer, rows, autocast, steps: int, device: str) -> dict:
     for _ in range(2):                                       # warm-up; allocates the optimizer state
         one_step(training, params, optimizer, rows, autocast)
     sync(device)
@@ -155,31 +173,21 @@ def timed_steps(model, training, rows, checkpointing: bool, autocast, steps: int
     if device.startswith("cuda"):
         out["peak_allocated_MiB"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
         out["peak_reserved_MiB"] = round(torch.cuda.max_memory_reserved(device) / 2**20, 1)
-    del optimizer
-    training.network.zero_grad(set_to_none=True)
-    free(device)
     return out
 
 
 def fits(model, training, rows, batch: int, checkpointing: bool, autocast, device: str) -> bool:
-    model.knobs.checkpointing = checkpointing
-    training.begin()
-    params = [q for q in training.network.parameters() if q.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-6)
     batch_rows = [rows[i % len(rows)] for i in range(batch)]
-    try:
-        one_step(training, params, optimizer, batch_rows, autocast)
-        sync(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        one_step(training, params, optimizer, batch_rows, autocast)
-        sync(device)
-        ok = torch.cuda.max_memory_allocated(device) <= (GPU_GIB - RESERVE_GIB) * 2**30
-    except torch.cuda.OutOfMemoryError:
-        ok = False
-    del optimizer
-    training.network.zero_grad(set_to_none=True)
-    free(device)
-    return ok
+    with optimizing(model, training, checkpointing, device) as (params, optimizer):
+        try:
+            one_step(training, params, optimizer, batch_rows, autocast)
+            sync(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            one_step(training, params, optimizer, batch_rows, autocast)
+            sync(device)
+            return torch.cuda.max_memory_allocated(device) <= (GPU_GIB - RESERVE_GIB) * 2**30
+        except torch.cuda.OutOfMemoryError:
+            return False
 
 
 def largest_batch(model, training, rows, checkpointing: bool, autocast, device: str) -> int:
