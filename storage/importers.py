@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from workstation.domain import Document, InputError
+from workstation.inputs import json_line
 
 FORMATS = ("jsonl", "label-studio", "doccano")
 FORMAT_TITLES = {"jsonl": "Gold JSONL (id, text, schema | task + labels, output)",
@@ -177,13 +178,11 @@ def parse(data: bytes | str, name: str = "", fmt: str | None = None, relation_st
 
 
 def _lines(text: str) -> Iterable[tuple[int, dict]]:
-    for n, raw in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines would also break at U+2028/U+0085, which JSON strings may hold.
+    for n, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", n) from None
+        obj = json_line(raw, n)
         if not isinstance(obj, dict):
             raise InputError(f"each line must be a JSON object, got {type(obj).__name__}", n)
         yield n, obj

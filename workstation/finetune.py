@@ -36,6 +36,7 @@ import torch
 
 from workstation import engine
 from workstation.domain import Document, InputError, WeightsError
+from workstation.inputs import json_line
 from workstation.training_events import Cancelled, StopRequest, TrainingEvents
 
 # Inference optimizations that also make sense for training. precision would cast the weights
@@ -90,10 +91,7 @@ def read_gold(path: Path, family) -> list[tuple[Document, list]]:
         for n, raw in enumerate(f, start=1):
             if not raw.strip():
                 continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}: malformed JSON ({e.msg} at column {e.colno})", n) from None
+            obj = json_line(raw, n, str(path))
             if not isinstance(obj, dict) or "text" not in obj or "output" not in obj:
                 raise InputError(f"{path}: each line needs \"text\" and \"output\", and what the model reads: "
                                  "\"schema\" (rexuninlu) or \"task\" and \"labels\" (seqgpt)", n)

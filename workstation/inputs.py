@@ -91,16 +91,19 @@ def read_documents(path: Path, default: Any = None, skip_invalid: bool = False
                 for n, raw in enumerate(f, start=1):
                     if not raw.strip():
                         continue
-                    def parse(raw=raw, n=n):
-                        try:
-                            obj = json.loads(raw)
-                        except json.JSONDecodeError as e:
-                            raise InputError(f"malformed JSON ({e.msg} at column {e.colno})", n) from None
-                        return _document(obj, n, default)
-                    add(parse, n)
+                    add(lambda raw=raw, n=n: _document(json_line(raw, n), n, default), n)
     except UnicodeDecodeError as e:
         raise InputError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
     return docs, errors
+
+
+def json_line(raw: str, line: int, source: str = "") -> Any:
+    """One line of a JSONL file, parsed; a syntax error names the line and the column (and the file)."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{source + ': ' if source else ''}malformed JSON ({e.msg} at column {e.colno})",
+                         line) from None
 
 
 def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False

@@ -92,6 +92,14 @@ def test_our_jsonl_reads_schema_and_labels_lines():
     assert (b.task, b.labels, b.line) == ("ext", ["person"], 2)
 
 
+def test_a_line_separator_inside_a_json_string_does_not_split_the_line():
+    text = "第一句\u2028第二句里有张三"
+    line = {"id": "a", "text": text, "schema": {"人物": None},
+            "output": [[{"type": "人物", "span": "张三", "offset": [9, 11]}]]}
+    parsed = im.parse(json.dumps(line, ensure_ascii=False) + "\n", fmt="jsonl")
+    assert [e.text for e in parsed.examples] == [text]
+
+
 def label_studio_task(text, result, key="annotations", **extra):
     return {"id": 7, "data": {"text": text}, key: [{"result": result, **extra}]}
 
