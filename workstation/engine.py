@@ -18,6 +18,7 @@ import torch
 from workstation import plugins
 from workstation.domain import Document, InputError, Result
 from workstation.models import LoadedModel, ModelFamily
+from workstation.stages import IDLE, StageClock
 
 
 def resolve_device(device: str) -> str:
@@ -73,12 +74,20 @@ class RunReport:
     wall_seconds: float = 0.0
     tokens: int = 0
     peak_memory_bytes: int | None = None
+    stages: dict[str, float] = field(default_factory=dict)     # seconds per stage (workstation/stages.py)
+    backoffs: list[dict] = field(default_factory=list)         # OOM back-offs: when, and to how many rows
     results: list[Result] = field(default_factory=list)
+
+    @property
+    def device_busy(self) -> float | None:
+        """Share of the wall time the device was working (CUDA-event time on GPUs)."""
+        return self.stages.get("device", 0.0) / self.wall_seconds if self.wall_seconds else None
 
     def summary(self) -> dict:
         d = asdict(self)
         d.pop("results")
         d["docs_per_second"] = self.documents / self.wall_seconds if self.wall_seconds else None
+        d["device_busy"] = self.device_busy
         return d
 
 
@@ -101,19 +110,25 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
         torch.cuda.synchronize(model.device)
         torch.cuda.reset_peak_memory_stats(model.device)
     tokens_before = model.tokens_processed()
-    start = time.perf_counter()
-    for result in iter_results(model, documents, batch_size, cancel, **options):
-        report.documents += 1
-        if keep_results:
-            report.results.append(result)
-        if on_result:
-            on_result(result)
-        if on_progress:
-            on_progress(report.documents, len(documents))
-    if on_cuda:
-        torch.cuda.synchronize(model.device)
-        report.peak_memory_bytes = torch.cuda.max_memory_allocated(model.device)
-    report.wall_seconds = time.perf_counter() - start
+    clock = model.clock = StageClock(model.device)
+    start = clock.started = time.perf_counter()
+    try:
+        for result in iter_results(model, documents, batch_size, cancel, **options):
+            report.documents += 1
+            with clock.stage("write"):
+                if keep_results:
+                    report.results.append(result)
+                if on_result:
+                    on_result(result)
+            if on_progress:
+                on_progress(report.documents, len(documents))
+        if on_cuda:
+            torch.cuda.synchronize(model.device)
+            report.peak_memory_bytes = torch.cuda.max_memory_allocated(model.device)
+        report.wall_seconds = time.perf_counter() - start
+        report.stages, report.backoffs = clock.finish(), clock.backoffs
+    finally:
+        model.clock = IDLE
     report.tokens = model.tokens_processed() - tokens_before
     return report
 

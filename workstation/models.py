@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from workstation.domain import Document, InputError, Result
+from workstation.stages import IDLE, StageClock
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class LoadedModel(ABC):
     attention_backends: tuple[str, ...] = ("eager", "sdpa")   # the first is the reference maths
     capabilities: frozenset[str] = frozenset()   # of "unpad", "cuda_graphs", "checkpointing", "reduced_precision"
     graph_scope: str = ""     # what CUDA-graph capture covers in this model (the memory-pool plugin shows it)
+    clock: StageClock = IDLE  # the engine puts a fresh one here for each run; the model measures into it
 
     @abstractmethod
     def extract(self, documents: Sequence[Document], batch_size: int = 8,

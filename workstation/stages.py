@@ -1,0 +1,73 @@
+"""Where a run's time went: host preparation, device work, decoding, writing.
+
+A model plugin brackets its work with `clock.stage("prepare" | "decode")` and its forward passes
+with `clock.device()`; the engine brackets writing. Stages run on several threads (a prefetch
+thread prepares the next batches while the device runs), so they overlap and their sum can exceed
+the wall time: each stage is the seconds spent in it, not a slice of the wall.
+
+Device time is measured with CUDA events on the current stream (what the GPU itself spent), and
+read only at the end of the run so measuring never makes the host wait for the GPU. On the CPU it is
+the wall time of the forward calls.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+STAGES = ("prepare", "device", "decode", "write")
+
+
+class StageClock:
+    def __init__(self, device: str = "cpu"):
+        self.cuda = str(device).startswith("cuda") and torch.cuda.is_available()
+        self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._lock = threading.Lock()
+        self.backoffs: list[dict] = []       # OOM back-offs: when (seconds into the run) and to what
+        self.started = time.perf_counter()
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    @contextmanager
+    def device(self) -> Iterator[None]:
+        """Bracket work queued on the device; its GPU time is summed at `finish()`."""
+        if not self.cuda:
+            with self.stage("device"):
+                yield
+            return
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        try:
+            yield
+        finally:
+            end.record()
+            with self._lock:
+                self._events.append((begin, end))
+
+    def backoff(self, rows: int) -> None:
+        """An out-of-memory back-off: the batch shrank to `rows` (kept in the run report)."""
+        with self._lock:
+            self.backoffs.append({"at_seconds": round(time.perf_counter() - self.started, 3), "rows": rows})
+
+    def finish(self) -> dict[str, float]:
+        """Resolve the CUDA events (one sync, at the end) and return seconds per stage."""
+        if self._events:
+            torch.cuda.synchronize()
+            with self._lock:
+                self.seconds["device"] += sum(b.elapsed_time(e) for b, e in self._events) / 1000.0
+                self._events.clear()
+        return {k: round(v, 4) for k, v in self.seconds.items()}
+
+
+IDLE = StageClock()     # what a model measures into when nobody asked (tests, direct calls)
