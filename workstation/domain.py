@@ -63,6 +63,9 @@ class Result:
     tuples: list[list[Span]] = field(default_factory=list)
     raw: list[str] | None = None             # generative models: the generated text per prompt chunk
     warnings: list[str] = field(default_factory=list)
+    # The character ranges [start, end) of the text the model actually read, merged and sorted
+    # (RexUniNLU: its windows; SeqGPT: the prompt's kept range). None: not reported by the model.
+    coverage: list[tuple[int, int]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.document_id,
@@ -71,9 +74,13 @@ class Result:
             out["raw"] = self.raw
         if self.warnings:
             out["warnings"] = self.warnings
+        if self.coverage is not None:
+            out["coverage"] = [list(r) for r in self.coverage]
         return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Result":
+        coverage = d.get("coverage")
         return cls(str(d["id"]), [[Span.from_json(s) for s in t] for t in d.get("output", [])],
-                   d.get("raw"), list(d.get("warnings", [])))
+                   d.get("raw"), list(d.get("warnings", [])),
+                   [tuple(r) for r in coverage] if coverage is not None else None)
