@@ -231,6 +231,14 @@ class SchemaTooNew(RuntimeError):
     pass
 
 
+@migration
+def m006_run_stages(conn: Connection) -> None:
+    """Where a run's time went (seconds per stage, device busy share) and its out-of-memory back-offs."""
+    columns = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(runs)")}
+    if "stages" not in columns:
+        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN stages TEXT")
+
+
 def _ensure_table(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
 

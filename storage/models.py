@@ -64,6 +64,8 @@ class RunRecord(Base):
     peak_memory_bytes: Mapped[int | None]
     label: Mapped[str | None] = mapped_column(Text)
     note: Mapped[str | None] = mapped_column(Text)
+    # {"seconds": {stage: s}, "device_busy": share, "backoffs": [...]}: workstation/stages.py
+    stages: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
     documents: Mapped[list[DocumentRecord]] = relationship(
         back_populates="run", order_by="DocumentRecord.position", cascade="all, delete-orphan",

@@ -63,13 +63,19 @@ def run_record(report: RunReport, documents: Sequence[Document], source: str, ta
         optimizations=dict(report.optimizations), batch_size=int(report.batch_size), options=dict(report.options),
         settings=settings, documents_count=len(documents), wall_seconds=wall,
         docs_per_second=len(documents) / wall if wall > 0 else None, tokens=int(report.tokens),
-        peak_memory_bytes=report.peak_memory_bytes, label=label, note=note)
+        peak_memory_bytes=report.peak_memory_bytes, label=label, note=note, stages=run_stages(report))
     for position, (doc, result) in enumerate(zip(documents, results)):
         record = DocumentRecord(position=position, doc_id=str(doc.id), text=doc.text, schema=doc.schema,
                                 task=doc.task, labels=doc.labels)
         record.result = ResultRecord(output=result.to_json()["output"], raw=result.raw, warnings=list(result.warnings))
         run.documents.append(record)
     return run
+
+
+def run_stages(report: RunReport) -> dict | None:
+    if not report.stages:
+        return None
+    return {"seconds": dict(report.stages), "device_busy": report.device_busy, "backoffs": list(report.backoffs)}
 
 
 def _parse_time(value: str | datetime | None) -> datetime:
@@ -85,7 +91,7 @@ def run_summary(r: RunRecord) -> RunSummary:
     return RunSummary(r.id, r.created_at, r.source, r.model, r.task, r.weights, r.weights_checksum, r.demo, r.device,
                       r.dtype, r.attention, dict(r.optimizations or {}), r.batch_size, dict(r.options or {}),
                       r.documents_count, r.wall_seconds, r.docs_per_second, r.tokens, r.peak_memory_bytes,
-                      r.label, r.note)
+                      r.label, r.note, dict(r.stages or {}))
 
 
 def stored_document(d: DocumentRecord) -> Document:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,7 @@ class RunSummary:
     peak_memory_bytes: int | None
     label: str | None
     note: str | None
+    stages: dict[str, Any] = field(default_factory=dict)   # {"seconds", "device_busy", "backoffs"}
 
 
 @dataclass

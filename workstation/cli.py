@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from workstation import engine, plugins
+from workstation.stages import describe as describe_stages
 from workstation.domain import InputError, WeightsError
 from workstation.settings import ROOT, load_settings
 
@@ -162,8 +163,10 @@ def extract(args) -> int:
         Path(tmp).unlink(missing_ok=True)
         raise
     summary = report.summary()
-    print(f"{report.documents} documents in {report.wall_seconds:.2f}s on {report.device} ({report.dtype}); "
+    rate = f" ({summary['docs_per_second']:,.1f} docs/s)" if summary["docs_per_second"] else ""
+    print(f"{report.documents} documents in {report.wall_seconds:.2f}s{rate} on {report.device} ({report.dtype}); "
           f"output: {args.output}" + (f"; {len(skipped)} skipped" if skipped else ""), file=sys.stderr)
+    print(describe_stages(report.stages, report.wall_seconds, report.device_busy, report.backoffs), file=sys.stderr)
     if model.is_demo:
         print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
     if not args.no_record:

@@ -135,9 +135,9 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
 
 def iter_results(model: LoadedModel, documents: Sequence[Document], batch_size: int,
                  cancel: threading.Event | None = None, **options) -> Iterator[Result]:
-    # Documents go to the model in slices so a cancel takes effect between slices
-    # while batching across documents still happens inside each slice.
-    step = max(batch_size * 8, 64)
+    # Documents go to the model in slices so a cancel takes effect between slices while batching
+    # (and the model's own prefetching of the next documents) happens inside each slice.
+    step = max(batch_size * 32, 256)
     for start in range(0, len(documents), step):
         if cancel is not None and cancel.is_set():
             raise Cancelled()

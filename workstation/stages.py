@@ -71,3 +71,17 @@ class StageClock:
 
 
 IDLE = StageClock()     # what a model measures into when nobody asked (tests, direct calls)
+
+
+def describe(seconds: dict[str, float], wall: float, device_busy: float | None = None,
+             backoffs: list[dict] | None = None) -> str:
+    """One line for people: documents' time per stage, and what the device did with the wall time."""
+    parts = [f"{name} {seconds[name]:.2f}s" for name in STAGES if name in seconds]
+    if device_busy is not None:
+        parts.append(f"device busy {100 * device_busy:.0f}% of {wall:.2f}s")
+    line = "time: " + " · ".join(parts)
+    if backoffs:
+        smallest = min(b["rows"] for b in backoffs)
+        line += (f" · out of GPU memory {len(backoffs)}×: batches shrank to {smallest} row(s) "
+                 f"(first at {backoffs[0]['at_seconds']:.1f}s)")
+    return line

@@ -39,6 +39,9 @@ class Links:
     rows: list[int]                # positive entries of logits, row-major
     cols: list[int]
     probs: torch.Tensor | None     # [n, n] sigmoid(logits) on CPU, for classification windows
+    # Extraction windows scored on a device: the typed spans (head, tail, [TYPE] token) already
+    # paired there, in decoding's order. None: pair them here from rows/cols.
+    typed: list[tuple[int, int, int]] | None = None
 
 
 def type_tokens(window: Window) -> dict[int, tuple]:
@@ -87,11 +90,27 @@ def _matches(window: Window, candidates, heads, tails, blank: bool = False):
                 yield head, tail, key[0], key[1], ab
 
 
+def _typed_matches(window: Window, links: Links):
+    """(prefix, type, (a, b)) of each typed span, from device-paired hits when there are any."""
+    if links.typed is None:
+        spans, heads, tails = _link_maps(window, links)
+        for _, _, prefix, t, ab in _matches(window, spans, heads, tails):
+            yield prefix, t, ab
+        return
+    token_type = type_tokens(window)
+    for head, tail, tok in links.typed:
+        key = token_type.get(tok)
+        if key is None:                              # a [TYPE] token no type registered (never linked)
+            continue
+        ab = _char_span(window, head, tail)
+        if ab is not None:
+            yield key[0], key[1], ab
+
+
 def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next_map: dict) -> list[list[dict]]:
     """Extraction windows: typed spans as output tuples; spans with a sub-schema go to next_map."""
-    spans, heads, tails = _link_maps(window, links)
     out = []
-    for _, _, prefix, t, (a, b) in _matches(window, spans, heads, tails):
+    for prefix, t, (a, b) in _typed_matches(window, links):
         span = window.text[a:b]
         if level_map[prefix][t]:
             next_map[prefix + ((t, span, (a, b)),)] = level_map[prefix][t]

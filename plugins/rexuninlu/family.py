@@ -91,6 +91,7 @@ class LoadedRex(LoadedModel):
         self.network = network
         self.prompter = Prompter(tokenizer)
         self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device, self.knobs)
+        self.scorer.clock = lambda: self.clock
 
     def set_dtype(self, dtype: str) -> None:
         if dtype not in DTYPES:
@@ -109,7 +110,7 @@ class LoadedRex(LoadedModel):
             raise InputError(f"rexuninlu takes no options {sorted(options)}")
         self.network.attention_backend = self.attention_kernel()
         self.network.plm.encoder.checkpointing = self.knobs.checkpointing
-        yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress)
+        yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress, self.clock)
 
     def attention_kernel(self) -> str:
         """The kernel that runs. Measured on an H200 (docs/benchmarks.md): the Triton kernel is the

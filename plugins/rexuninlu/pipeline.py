@@ -7,6 +7,8 @@ the WindowScorer (scoring.py), which batches them.
 from __future__ import annotations
 
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, Generator, Iterator, Sequence
 
 from plugins.rexuninlu.decoding import (Links, Window, best_of_hint, decode_classes, decode_spans,
@@ -14,6 +16,7 @@ from plugins.rexuninlu.decoding import (Links, Window, best_of_hint, decode_clas
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, legal_paths, task_kind
 from plugins.rexuninlu.scoring import WindowScorer
 from workstation.domain import Document, Result, Span
+from workstation.stages import IDLE, StageClock
 
 # Windows one document hands over per step: bounds memory for very long texts.
 WINDOWS_PER_STEP = 64
@@ -87,43 +90,79 @@ def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, k
 
 
 def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Document], batch_size: int,
-                  on_progress: Callable[[int], None] | None = None) -> Iterator[Result]:
-    """Drive every document's prompt loop together; yield Results in input order."""
-    runs: dict[int, DocumentRun] = {}
-    waiting: dict[int, list[Window]] = {}
-    done: dict[int, list] = {}
+                  on_progress: Callable[[int], None] | None = None, clock: StageClock = IDLE) -> Iterator[Result]:
+    """Yield every document's Result in input order.
 
-    def advance(i: int, sent):
+    Documents go in groups: while the device scores one group, a prefetch thread prepares the next
+    (tokenising its texts in one call, building its first windows), so the device does not wait for
+    the host between groups.
+    """
+    size = max(4 * batch_size, 64)
+    groups = [documents[i:i + size] for i in range(0, len(documents), size)]
+    finished = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="rexuninlu-prefetch") as pool:
+        upcoming = pool.submit(start_group, p, groups[0], clock) if groups else None
+        for k, group in enumerate(groups):
+            started = upcoming.result()
+            upcoming = pool.submit(start_group, p, groups[k + 1], clock) if k + 1 < len(groups) else None
+            for result in finish_group(p, scorer, group, started, batch_size, clock):
+                finished += 1
+                yield result
+                if on_progress:
+                    on_progress(finished)
+
+
+@dataclass
+class Group:
+    runs: dict[int, DocumentRun]
+    waiting: dict[int, list[Window]]        # document -> the windows it waits to have scored
+    done: dict[int, list]                   # document -> its final tuples
+
+    def advance(self, i: int, sent) -> None:
         try:
-            waiting[i] = runs[i].send(sent)
+            self.waiting[i] = self.runs[i].send(sent)
         except StopIteration as stop:
-            done[i] = stop.value
-            runs.pop(i)
-            waiting.pop(i, None)
+            self.done[i] = stop.value
+            self.runs.pop(i)
+            self.waiting.pop(i, None)
 
-    p.prefetch([doc.text for doc in documents])
-    for i, doc in enumerate(documents):
-        runs[i] = document_run(p, doc.text, doc.schema)
-        advance(i, None)
+
+def start_group(p: Prompter, documents: Sequence[Document], clock: StageClock) -> Group:
+    """Host preparation: tokenise the texts together and run each document up to its first windows."""
+    with clock.stage("prepare"):
+        p.prefetch([doc.text for doc in documents])
+        group = Group({}, {}, {})
+        for i, doc in enumerate(documents):
+            group.runs[i] = document_run(p, doc.text, doc.schema)
+            group.advance(i, None)
+        return group
+
+
+def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document], g: Group, batch_size: int,
+                 clock: StageClock) -> Iterator[Result]:
+    """Score the waiting windows of every document together, round by round (one round per schema
+    level), and yield Results in order as documents finish. Stepping a document's loop with its
+    links counts as decoding (it also builds the next level's windows; the clock cannot split that)."""
     next_out = 0
     while True:
-        while next_out in done:
-            yield to_result(documents[next_out], done.pop(next_out))
+        while next_out in g.done:
+            yield to_result(documents[next_out], g.done.pop(next_out))
             next_out += 1
-            if on_progress:
-                on_progress(next_out)
-        if not waiting:
-            p.forget()
-            break
-        order = list(waiting)
-        flat = [w for i in order for w in waiting[i]]
+        if not g.waiting:
+            p.forget([doc.text for doc in documents])
+            return
+        order = list(g.waiting)
+        flat = [w for i in order for w in g.waiting[i]]
         links = scorer.score(flat, batch_size)
         k = 0
-        for i in order:
-            n = len(waiting[i])
-            advance(i, links[k:k + n])
-            k += n
+        with clock.stage("decode"):
+            for i in order:
+                n = len(g.waiting[i])
+                g.advance(i, links[k:k + n])
+                k += n
 
 
 def to_result(doc: Document, preds: list[list[dict]]) -> Result:
-    return Result(doc.id, [[Span(e["type"], e["span"], tuple(e["offset"])) for e in info] for info in preds])
+    # Windows cover every token of the text (prompting.encode), so RexUniNLU reads all of it.
+    return Result(doc.id, [[Span(e["type"], e["span"], tuple(e["offset"])) for e in info] for info in preds],
+                  coverage=[(0, len(doc.text))] if doc.text else [])

@@ -5,6 +5,7 @@ and types sorted by codepoint, which is what the reference does when `random.shu
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -90,11 +91,16 @@ class Prompter:
             [PREFIX, TYPE, CLASSIFY, MULTICLASSIFY])
         self.token_count = lru_cache(maxsize=65536)(self._token_count)
         self._pieces: dict[str, tuple] = {}
+        self._long: dict[str, tuple] = {}
+        # A fast tokenizer must not be called from two threads at once (its Rust state is borrowed
+        # mutably per call); the prefetch thread and the main thread both tokenize.
+        self._tok_lock = threading.Lock()
         self.head_layout = lru_cache(maxsize=4096)(self._head_layout)
         self.hint_pieces = lru_cache(maxsize=4096)(self._tokenize)     # hints repeat across documents
 
     def _token_count(self, s: str) -> int:
-        return len(self.tok(s)["input_ids"]) - 1          # tokens + 1 (the [PREFIX]/[TYPE] in front)
+        with self._tok_lock:
+            return len(self.tok(s)["input_ids"]) - 1          # tokens + 1 (the [PREFIX]/[TYPE] in front)
 
     def hints(self, level_map: dict[PrefixTuple, dict]) -> list[Hint]:
         """Pack every (prefix, type) of one level into hints of at most 256 tokens (spec §2.3)."""
@@ -158,28 +164,35 @@ class Prompter:
 
     def pieces(self, s: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids and character offsets of `s` alone (no special tokens)."""
-        if s in self._pieces:
-            return self._pieces[s]
-        result = self._tokenize(s)
-        if len(s) > 1000:                                   # long texts are re-read for every hint
-            self._pieces = {s: result}
-        return result
+        found = self._pieces.get(s)
+        if found is None:
+            found = self._long.get(s) or self._tokenize(s)
+            if len(s) > 1000:                               # long texts are re-read for every hint
+                self._long = {s: found}
+        return found
 
     def _tokenize(self, s: str) -> tuple[list[int], list[tuple[int, int]]]:
-        enc = self.tok(s, add_special_tokens=False, return_offsets_mapping=True)
+        with self._tok_lock:
+            enc = self.tok(s, add_special_tokens=False, return_offsets_mapping=True)
         return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
 
     def prefetch(self, texts: list[str]) -> None:
-        """Tokenize many texts in one call (the Rust tokenizer runs them in parallel)."""
-        texts = [t for t in dict.fromkeys(texts) if t]
+        """Tokenize many texts in one call (the Rust tokenizer runs them in parallel). Several
+        groups of documents may be prefetched at once (a prefetch thread prepares the next group)."""
+        texts = [t for t in dict.fromkeys(texts) if t and t not in self._pieces]
         if not texts:
             return
-        enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
-        self._pieces = {t: (ids, [tuple(o) for o in offs])
-                        for t, ids, offs in zip(texts, enc["input_ids"], enc["offset_mapping"])}
+        with self._tok_lock:
+            enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+        self._pieces.update({t: (ids, [tuple(o) for o in offs])
+                             for t, ids, offs in zip(texts, enc["input_ids"], enc["offset_mapping"])})
 
-    def forget(self) -> None:
-        self._pieces = {}
+    def forget(self, texts: list[str] | None = None) -> None:
+        if texts is None:
+            self._pieces = {}
+        else:
+            for t in texts:
+                self._pieces.pop(t, None)
 
     def layout(self, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
         """Position ids and the isolation structure of one window (spec §2.5–2.6).

@@ -7,7 +7,9 @@ Padding follows spec §2.7 so a window scores the same in any batch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from itertools import chain
 from typing import Callable, Sequence
 
 import numpy as np
@@ -16,8 +18,9 @@ import torch
 from plugins.rexuninlu.decoding import Links, Window
 from plugins.rexuninlu.modeling import RexModel
 from plugins.rexuninlu.prompting import MAX_LEN
-from workstation.batching import run_with_backoff
+from workstation.batching import is_out_of_memory
 from workstation.models import Knobs
+from workstation.stages import StageClock
 
 
 def arrange(lengths: Sequence[int], batch_size: int, pack: bool) -> list[list[list[int]]]:
@@ -54,6 +57,19 @@ class Packed:
         return self.segments >= 0
 
 
+@dataclass
+class InFlight:
+    """A launched batch: its windows and the device tensors its links will be read from."""
+
+    windows: list[Window]
+    starts: list[tuple[int, int]]
+    typed: torch.Tensor
+    other: torch.Tensor
+    probs: list[torch.Tensor]
+    ready: object                       # a CUDA event after the batch's work, or None on the CPU
+    index: list[list[int]] = field(default_factory=list)    # each row's window indices in score()'s input
+
+
 def isolation_mask(p: Packed) -> torch.Tensor:
     """[B,L,L] bool: same window, then the prompt-isolation rule; pad keys masked."""
     g, t, s = p.groups, p.types, p.segments
@@ -78,20 +94,58 @@ class WindowScorer:
         self.graphs: dict = {}
         self.batch_rows = 1                # the batch size asked for: sizes the first graph captured
         self.on_backoff: Callable[[int], None] | None = None
+        self.clock: Callable[[], StageClock] | None = None     # the run's clock (the model's, per run)
+        # The host path before the end-to-end rebuild, kept for `bench rex-e2e`'s before/after rows:
+        # each batch read back before the next is queued, spans paired on the host.
+        self.pipelined, self.device_pairing = True, True
+        self._side = None
 
     # ------------------------------------------------------------ batching
 
     def score(self, windows: Sequence[Window], batch_size: int) -> list[Links]:
+        """Links of every window. Batches are pipelined: batch i+1 is packed and queued on the device
+        before batch i's links are read back, so the host's work overlaps the device's. A batch that
+        runs out of GPU memory is halved and retried (never dropped), and the run report says so."""
         self.batch_rows = batch_size
         out: list[Links | None] = [None] * len(windows)
-        pack = self.knobs.unpad
-        for rows in arrange([len(w.ids) for w in windows], batch_size, pack):
-            links = run_with_backoff(rows, lambda r: self.forward([[windows[i] for i in row] for row in r]),
-                                     self.on_backoff)
-            for row, row_links in zip(rows, links):
-                for i, link in zip(row, row_links):
-                    out[i] = link
+        todo = [[[windows[i] for i in row] for row in rows] + [rows]
+                for rows in arrange([len(w.ids) for w in windows], batch_size, self.knobs.unpad)]
+        todo.reverse()
+        in_flight: InFlight | None = None
+        while todo:
+            *rows, index = todo.pop()
+            try:
+                launched = self.launch(rows)
+            except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+                if not is_out_of_memory(e) or len(rows) == 1:
+                    raise
+                if in_flight is not None:                      # free its memory before retrying
+                    self.collect(in_flight, out)
+                    in_flight = None
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                half = (len(rows) + 1) // 2
+                self.report_backoff(half)
+                todo.append(rows[half:] + [index[half:]])
+                todo.append(rows[:half] + [index[:half]])
+                continue
+            launched.index = index
+            if in_flight is not None:
+                self.collect(in_flight, out)
+            in_flight = launched
+            if not self.pipelined:
+                self.collect(in_flight, out)
+                in_flight = None
+        if in_flight is not None:
+            self.collect(in_flight, out)
         return out  # type: ignore[return-value]
+
+    def report_backoff(self, rows: int) -> None:
+        from workstation.stages import IDLE
+        clock = self.clock() if self.clock else IDLE
+        clock.backoff(rows)
+        if self.on_backoff:
+            self.on_backoff(rows)
 
     def pack(self, rows: Sequence[Sequence[Window]]) -> Packed:
         longest = max(sum(len(w.ids) for w in row) for row in rows)
@@ -107,28 +161,43 @@ class WindowScorer:
         return self.fill([], rows, length)
 
     def fill(self, rows: Sequence[Sequence[Window]], B: int, L: int) -> Packed:
-        """[B, L] device tensors: padding everywhere, then each row's windows one after another."""
-        ids = np.full((B, L), self.pad_id, np.int64)
-        pos, typ = np.zeros((B, L), np.int64), np.zeros((B, L), np.int64)
-        grp, seg = np.full((B, L), -2, np.int64), np.full((B, L), -1, np.int64)
-        is_text, is_type = np.zeros((B, L), bool), np.zeros((B, L), bool)
-        starts, slot = [], 0
+        """[B, L] device tensors: padding everywhere, then each row's windows one after another.
+
+        Vectorised: every window's tokens are laid end to end in one flat array per field, then
+        scattered into the batch in one step; the seven fields travel to the device as one copy."""
+        wins = [w for row in rows for w in row]
+        lengths = np.fromiter((len(w.ids) for w in wins), np.int64, len(wins))
+        starts, row_of = [], []
         for r, row in enumerate(rows):
             at = 0
             for w in row:
-                nh, end = w.n_hint, at + len(w.ids)
                 starts.append((r, at))
-                ids[r, at:end] = w.ids
-                pos[r, at:end] = w.positions
-                g = np.asarray(w.groups)
-                grp[r, at:end] = np.where(g < 0, g, slot * 1024 + g)     # groups unique per window
-                typ[r, at:end] = w.types
-                seg[r, at:end] = slot
-                is_text[r, at + nh:end] = True
-                is_type[r, at:at + nh] = ids[r, at:at + nh] == self.type_id
-                at, slot = end, slot + 1
-        t = [torch.from_numpy(a).to(self.device, non_blocking=True) for a in (ids, pos, grp, typ, seg, is_text, is_type)]
-        return Packed(*t, starts=starts)
+                row_of.append(r * L + at)
+                at += len(w.ids)
+        buf = np.zeros((7, B, L), np.int64)                # ids, pos, grp, typ, seg, is_text, is_type
+        buf[0], buf[2], buf[4] = self.pad_id, -2, -1
+        if wins:
+            total = int(lengths.sum())
+            first = np.repeat(np.cumsum(lengths) - lengths, lengths)
+            local = np.arange(total) - first                              # token index inside its window
+            slot = np.repeat(np.arange(len(wins)), lengths)
+            dest = np.repeat(np.asarray(row_of, np.int64), lengths) + local
+            n_hint = np.repeat(np.fromiter((w.n_hint for w in wins), np.int64, len(wins)), lengths)
+            ids = np.fromiter(chain.from_iterable(w.ids for w in wins), np.int64, total)
+            grp = np.fromiter(chain.from_iterable(w.groups for w in wins), np.int64, total)
+            flat = buf.reshape(7, B * L)
+            flat[0, dest] = ids
+            flat[1, dest] = np.fromiter(chain.from_iterable(w.positions for w in wins), np.int64, total)
+            flat[2, dest] = np.where(grp < 0, grp, slot * 1024 + grp)          # groups unique per window
+            flat[3, dest] = np.fromiter(chain.from_iterable(w.types for w in wins), np.int64, total)
+            flat[4, dest] = slot
+            flat[5, dest] = local >= n_hint
+            flat[6, dest] = (local < n_hint) & (ids == self.type_id)
+        host = torch.from_numpy(buf)
+        if self.device.type == "cuda":
+            host = host.pin_memory()
+        t = host.to(self.device, non_blocking=True)
+        return Packed(t[0], t[1], t[2], t[3], t[4], t[5].bool(), t[6].bool(), starts=starts)
 
     # ------------------------------------------------------------ forward
 
@@ -155,26 +224,104 @@ class WindowScorer:
 
     @torch.inference_mode()
     def forward(self, rows: Sequence[Sequence[Window]]) -> list[list[Links]]:
-        p = self.pack(rows)
-        logits = self.logits(p)
+        """One batch, launched and read back at once (tests and tools; `score` pipelines batches)."""
+        launched = self.launch(rows)
+        flat = [w for row in rows for w in row]
+        launched.index = [list(range(len(flat)))]
+        out: list[Links | None] = [None] * len(flat)
+        self.collect(launched, out)
+        grouped, k = [], 0
+        for row in rows:
+            grouped.append(out[k:k + len(row)])
+            k += len(row)
+        return grouped
+
+    @torch.inference_mode()
+    def launch(self, rows: Sequence[Sequence[Window]]) -> "InFlight":
+        """Pack one batch and queue its forward pass and link selection on the device; no waiting."""
+        clock = self.clock() if self.clock else None
+        with clock.stage("prepare") if clock else nullcontext():
+            p = self.pack(rows)
         windows = [w for row in rows for w in row]
         self.tokens += sum(len(w.ids) for w in windows)
-        hits = self.readable_links(logits, p).tolist()
-        per_window: list[list[tuple[int, int]]] = [[] for _ in windows]
-        for w, r, c in hits:
-            per_window[w].append((r, c))
-        links = []
-        for k, w in enumerate(windows):
-            row, start = p.starts[k]
-            n = len(w.ids)
-            probs = torch.sigmoid(logits[row, start:start + n, start:start + n]).float().cpu() \
-                if w.need_probs else None
-            links.append(Links([r for r, _ in per_window[k]], [c for _, c in per_window[k]], probs))
-        out, k = [], 0
-        for row in rows:
-            out.append(links[k:k + len(row)])
-            k += len(row)
-        return out
+        with clock.device() if clock else nullcontext():
+            logits = self.logits(p)
+            extract = torch.tensor([self.device_pairing and not w.need_probs for w in windows] + [False],
+                                   device=self.device)
+            typed, other = self.selected_links(logits, p, extract[p.segments])
+            probs = [torch.sigmoid(logits[row, start:start + len(w.ids), start:start + len(w.ids)]).float()
+                     for w, (row, start) in zip(windows, p.starts) if w.need_probs]
+        ready = torch.cuda.Event() if self.device.type == "cuda" else None
+        if ready is not None:
+            ready.record()
+        return InFlight(windows, p.starts, typed, other, probs, ready)
+
+    @torch.inference_mode()
+    def collect(self, f: "InFlight", out: list) -> None:
+        """Read a launched batch's links back (on a side stream, so later batches keep the device
+        busy meanwhile) and hand each window its Links."""
+        side = self.side_stream()
+        # Reading back waits for this batch's device work only: the next batch is already queued.
+        with torch.cuda.stream(side) if side is not None else nullcontext():
+            if side is not None:
+                side.wait_event(f.ready)
+            typed = self.window_local(f.typed, f.starts).tolist()
+            other = self.window_local(f.other, f.starts).tolist()
+            probs = [pr.cpu() for pr in f.probs]
+        per_typed: list[list] = [[] for _ in f.windows]
+        per_other: list[list] = [[] for _ in f.windows]
+        for w, r, c, t in typed:
+            per_typed[w].append((r, c, t))
+        for w, r, c in other:
+            per_other[w].append((r, c))
+        probs.reverse()
+        flat_index = [i for group in f.index for i in group]
+        for k, w in enumerate(f.windows):
+            pr = probs.pop() if w.need_probs else None
+            rc = per_other[k]
+            paired = not w.need_probs and self.device_pairing
+            out[flat_index[k]] = Links([r for r, _ in rc], [c for _, c in rc], pr, per_typed[k] if paired else None)
+
+    def side_stream(self):
+        if self.device.type != "cuda":
+            return None
+        if self._side is None:
+            self._side = torch.cuda.Stream(self.device)
+        return self._side
+
+    @staticmethod
+    def window_local(hits: torch.Tensor, starts: list[tuple[int, int]]) -> torch.Tensor:
+        """[K, 3|4] (batch row, token, token[, token]) -> (window, window-local tokens...)."""
+        if not len(hits):
+            return hits.new_zeros((0, hits.shape[1]))
+        # A window is known by (row, first token): the last window start at or before the hit.
+        key = torch.tensor([row * 65536 + at for row, at in starts], device=hits.device)
+        w = torch.searchsorted(key, hits[:, 0] * 65536 + hits[:, 1], right=True) - 1
+        at = (key[w] % 65536)[:, None]
+        return torch.cat([w[:, None], hits[:, 1:] - at], dim=-1)
+
+    def selected_links(self, logits: torch.Tensor, p: Packed, extract: torch.Tensor):
+        """What decoding reads, selected on the device so that only it crosses to the host.
+
+        Extraction windows (`extract`, per token): typed spans [K,4] (row, head, tail, [TYPE] token),
+        ordered spans row-major then types in hint order, exactly as decoding pairs them: a text span
+        (head <= tail) whose head links to a [TYPE] that links to its tail. Other windows
+        (classification): their readable links [K,3] (row, r, c) for the host decoder.
+        """
+        same = p.segments[:, :, None] == p.segments[:, None, :]
+        positive = (logits > 0) & same
+        head_link = positive & p.is_text[:, :, None] & p.is_type[:, None, :]   # row text -> col [TYPE]
+        tail_link = positive & p.is_type[:, :, None] & p.is_text[:, None, :]   # row [TYPE] -> col text
+        heads, tails = head_link.any(-1) & p.is_text, tail_link.any(-2) & p.is_text
+        upper = torch.ones_like(positive[0]).triu()                              # row <= col
+        span = positive & upper & heads[:, :, None] & tails[:, None, :]
+        b, r, c = (span & extract[:, :, None]).nonzero().unbind(-1)
+        both = head_link[b, r] & tail_link[b, :, c]                             # [K, L] over [TYPE] tokens
+        k, t = both.nonzero().unbind(-1)
+        typed = torch.stack([b[k], r[k], c[k], t], dim=-1)
+        keep = ~extract[:, :, None]
+        other = ((span | head_link | tail_link) & keep).nonzero()
+        return typed, other
 
     @staticmethod
     def readable_links(logits: torch.Tensor, p: Packed) -> torch.Tensor:

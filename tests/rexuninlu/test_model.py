@@ -271,3 +271,52 @@ def test_packing_fills_rows_without_passing_512_tokens():
     assert all(sum(lengths[i] for i in row) <= 512 for row in rows)
     assert len(rows) < 8 and all(len(b) <= 2 for b in batches)
     assert [row for b in arrange(lengths, 3, pack=False) for row in b] == [[6], [0], [2], [3], [7], [1], [4], [5]]
+
+
+def test_spans_paired_on_the_device_decode_like_every_link_paired_on_the_host(rex_model):
+    """selected_links pairs head, tail and [TYPE] on the device; decoding those typed hits gives
+    exactly the tuples (and order) of decoding every positive entry on the host, packed rows too."""
+    from plugins.rexuninlu.decoding import Links, decode_spans
+    from plugins.rexuninlu.prompting import legal_paths
+    s = rex_model.scorer
+    texts = [d.text for d in mixed_documents(6, seed=5)]
+    windows = [w for t in texts for w in document_run(rex_model.prompter, t, NER).send(None)]
+    rows = [[windows[0], windows[1]], [windows[2]], windows[3:5]]         # packed rows and a lone one
+    flat = [w for row in rows for w in row]
+    p = s.fill(rows, len(rows), 1024)
+    with torch.no_grad():
+        logits = rex_model.network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
+        logits = logits - logits[0].flatten().quantile(0.7)                    # dense: many positives
+    extract = torch.ones(len(flat) + 1, dtype=torch.bool)
+    typed, _ = s.selected_links(logits, p, extract[p.segments])
+    hits = s.window_local(typed, p.starts).tolist()
+    level, legal, checked = {(): NER}, legal_paths(NER), 0
+    for k, w in enumerate(flat):
+        row, start = p.starts[k]
+        n = len(w.ids)
+        every = (logits[row, start:start + n, start:start + n] > 0).nonzero().tolist()
+        host = decode_spans(w, Links([r for r, _ in every], [c for _, c in every], None), level, legal, {})
+        mine = [(r, c, t) for ww, r, c, t in hits if ww == k]
+        device = decode_spans(w, Links([], [], None, mine), level, legal, {})
+        assert device == host
+        checked += len(host)
+    assert checked > 20
+
+
+def test_an_out_of_memory_batch_is_halved_and_the_run_report_says_so(rex_model, monkeypatch):
+    from workstation import engine
+    docs = [d for d in mixed_documents(12, seed=2) if "CLASSIFY" not in d.text]
+    expected = outputs(rex_model, docs, 8)
+    real_launch, calls = rex_model.scorer.launch, []
+
+    def launch(rows):
+        calls.append(len(rows))
+        if len(rows) > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_launch(rows)
+    monkeypatch.setattr(rex_model.scorer, "launch", launch)
+    report = engine.run(rex_model, docs, 8)
+    assert [r.to_json()["output"] for r in report.results] == expected
+    assert report.backoffs and {b["rows"] for b in report.backoffs} <= {1, 2, 3, 4}
+    assert all(b["at_seconds"] >= 0 for b in report.backoffs)
+    assert set(report.stages) >= {"prepare", "device", "decode", "write"}

@@ -1,6 +1,7 @@
 """RexUniNLU benchmarks: batching, the encoder's kernels and precision, end to end, the attention kernel."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -128,33 +129,80 @@ def rex_encoder(args) -> dict:
 
 
 def rex_e2e(args) -> dict:
-    """End-to-end NER (tokenise -> batch -> forward -> decode): fp32 one window at a time vs stacks."""
+    """Documents/s end to end (tokenise -> batch -> forward -> decode -> serialise), where the time
+    went, at three output densities; outputs compared with one window at a time in fp32.
+
+    "Before" rows run the host path as it was before the end-to-end rebuild (each batch read back
+    before the next is queued; spans paired on the host), so one run shows what the rebuild changed.
+    """
+    from workstation.bench import save
+    from workstation.bench.density import DENSITIES, calibrate
     device = engine.resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False
     weights = Path(args.weights) if args.weights else demo_weights(args, "rexuninlu")
     model = engine.load_model("rexuninlu", weights, device, "fp32")
     docs = [Document(str(i), t, NER_SCHEMA) for i, t in enumerate(mixed_texts(args.docs, args.seed))]
+    sample = [Document(f"c{i}", t, NER_SCHEMA) for i, t in enumerate(mixed_texts(min(48, args.docs), args.seed + 1))]
     big = max(args.batch_sizes)
-    plan = [("fp32 eager, one window at a time (traditional)", 1, ("fp32", "eager", False, False)),
-            (f"fp32 eager, batch {big}", big, ("fp32", "eager", False, False)),
-            (f"lossless stack fp32: sdpa + sparse mask + cuda graphs, batch {big}", big, ("fp32", "sdpa", True, True)),
-            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}", big, ("bf16", "triton", True, True))]
-    rows, baseline = [], None
-    for name, batch, knobs in plan:
-        configure(model, *knobs)
-        timed_run(model, docs[:64], batch, device)           # warm-up: kernels, graph capture
-        outputs, seconds, peak = timed_run(model, docs, batch, device)
-        if baseline is None:
-            baseline = (outputs, seconds)
-        rows.append({"variant": name, "seconds": round(seconds, 3), "docs_per_s": round(len(docs) / seconds, 1),
-                     "speedup": round(baseline[1] / seconds, 2),
-                     "peak_alloc_MiB": round(peak / 2**20) if peak else None,
-                     "outputs_identical": outputs == baseline[0],
-                     "span_agreement_%": round(100 * span_agreement(outputs, baseline[0]), 2)})
+    plan = [("fp32 eager, one window at a time (traditional), before", 1, ("fp32", "eager", False, False), False),
+            (f"fp32 eager, batch {big}, before", big, ("fp32", "eager", False, False), False),
+            (f"fp32 eager, batch {big}", big, ("fp32", "eager", False, False), True),
+            (f"lossless stack fp32: sdpa + sparse mask + cuda graphs, batch {big}", big, ("fp32", "sdpa", True, True), True),
+            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}, before", big,
+             ("bf16", "triton", True, True), False),
+            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}", big, ("bf16", "triton", True, True), True)]
+    if args.variants:
+        plan = [row for i, row in enumerate(plan) if i == 0 or any(v in row[0] for v in args.variants)]
+    tables: list[dict] = []
+    result = {"benchmark": "rex-e2e", "env": environment(device), "weights": str(weights),
+              "demo_weights": model.is_demo, "documents": len(docs), "characters": sum(len(d.text) for d in docs),
+              "device_time": "CUDA events on the run's stream", "tables": tables}
+    for density in args.densities or list(DENSITIES):
+        configure(model, "fp32", "eager", False)
+        calibration = calibrate(model, sample, DENSITIES[density])
+        rows, baseline, produced = [], None, {}
+        tables.append({"density": density, **calibration, "rows": rows})
+        for name, batch, knobs, rebuilt in plan:
+            configure(model, *knobs)
+            model.scorer.pipelined = model.scorer.device_pairing = rebuilt
+            engine.run(model, docs[:64], batch, keep_results=False)      # warm-up: kernels, graph capture
+            sink: list[str] = []
+            report = engine.run(model, docs, batch, keep_results=False,
+                                on_result=lambda r: sink.append(json.dumps(r.to_json(), ensure_ascii=False)))
+            outputs = [json.loads(line)["output"] for line in sink]
+            if baseline is None:
+                baseline = (outputs, report.wall_seconds)
+            produced[name] = outputs
+            rows.append({"variant": name, "seconds": round(report.wall_seconds, 3),
+                         "docs_per_s": round(len(docs) / report.wall_seconds, 1),
+                         "vs_one_window": round(baseline[1] / report.wall_seconds, 2),
+                         "stages_s": report.stages, "device_busy_%": round(100 * report.device_busy, 1),
+                         "peak_alloc_MiB": round(report.peak_memory_bytes / 2**20) if report.peak_memory_bytes else None,
+                         "outputs_identical": outputs == baseline[0],
+                         "tuples_differing_vs_one_window": tuples_differing(outputs, baseline[0]),
+                         "span_agreement_%": round(100 * span_agreement(outputs, baseline[0]), 2)})
+            if not name.endswith(", before") and name + ", before" in produced:
+                # the same configuration on the host path before the rebuild: must be identical
+                rows[-1]["identical_to_before"] = outputs == produced[name + ", before"]
+            tables[-1]["tuples_per_doc"] = round(sum(len(o) for o in baseline[0]) / len(docs), 1)
+            for ref_name, key in ((f"fp32 eager, batch {big}", "vs_batched_fp32"),
+                                  (f"fp32 eager, batch {big}, before", "vs_batched_fp32_before")):
+                ref = next((r for r in rows if r["variant"] == ref_name), None)
+                for r in rows:
+                    r[key] = round(r["docs_per_s"] / ref["docs_per_s"], 2) if ref else None
+            if args.out:
+                save(result, args.out)
+    model.scorer.pipelined = model.scorer.device_pairing = True
     configure(model, "fp32", "eager", False)
-    return {"benchmark": "rex-e2e", "env": environment(device), "weights": str(weights),
-            "demo_weights": model.is_demo, "documents": len(docs),
-            "spans_in_baseline": sum(len(o) for o in baseline[0]), "rows": rows}
+    return result
+
+
+def tuples_differing(a: list, b: list) -> int:
+    """(document, tuple) pairs in one run and not the other (fp32 runs of different batch shapes can
+    differ where a logit lies within rounding of 0: GEMMs of other shapes sum in another order)."""
+    sa = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(a) for t in o}
+    sb = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(b) for t in o}
+    return len(sa ^ sb)
 
 
 def rex_kernel(args) -> dict:

@@ -6,6 +6,7 @@ import streamlit as st
 
 from workstation.domain import Document, Result
 from workstation.models import DEMO_NOTICE
+from workstation.stages import describe as describe_stages
 from workstation.ui import render
 
 MAX_DOCS_LISTED = 1_000
@@ -38,8 +39,20 @@ def run_numbers(summary) -> None:
     st.caption("Optimizations: " + (", ".join(f"{k} ({v})" for k, v in opts.items()) if opts
                                     else "none (fp32 eager path)")
                + f" · attention: {summary.attention} · {summary.documents} document(s) · model {summary.model}")
+    stage_line(summary)
     if summary.demo:
         st.warning(DEMO_NOTICE, icon=":material/warning:")
+
+
+def stage_line(summary) -> None:
+    """Documents/s and where the time went (host preparation, device, decoding, writing)."""
+    stages = getattr(summary, "stages", None) or {}
+    rate = f"{summary.docs_per_second:,.1f} documents/s" if summary.docs_per_second else "—"
+    if stages.get("seconds"):
+        st.caption(f"{rate} · " + describe_stages(stages["seconds"], summary.wall_seconds,
+                                                    stages.get("device_busy"), stages.get("backoffs")))
+    else:
+        st.caption(f"{rate} · no stage timings were recorded for this run")
 
 
 def document_result(doc: Document, result: Result, key: str) -> None:
@@ -125,5 +138,8 @@ def comparison_view(store, a: int, b: int) -> None:
 def side_row(name: str, s) -> dict:
     return {"run": f"{name}: {s.id}", "model": s.model, "device": s.device, "precision": s.dtype,
             "attention": s.attention, "optimizations": ", ".join(s.optimizations) or "none",
-            "documents": s.documents, "wall time (s)": round(s.wall_seconds, 4), "tokens": s.tokens,
-            "peak GPU memory": fmt_bytes(s.peak_memory_bytes), "demo weights": s.demo}
+            "documents": s.documents, "wall time (s)": round(s.wall_seconds, 4),
+            "documents/s": round(s.docs_per_second, 2) if s.docs_per_second else None,
+            **{f"{k} (s)": v for k, v in ((s.stages or {}).get("seconds") or {}).items()},
+            "device busy (%)": round(100 * s.stages["device_busy"], 1) if (s.stages or {}).get("device_busy") else None,
+            "tokens": s.tokens, "peak GPU memory": fmt_bytes(s.peak_memory_bytes), "demo weights": s.demo}
