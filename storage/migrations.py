@@ -227,6 +227,28 @@ CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created
 """)
 
 
+# Confidence thresholds tuned for one model's weights on a gold dataset; the newest row for a
+# (model, weights) pair is the one later runs apply. The review queue keeps no table of its own:
+# a reviewed document is one saved as a gold example (gold_examples.document_id).
+@migration
+def m008_thresholds_and_review(conn: Connection) -> None:
+    _run(conn, """
+CREATE TABLE IF NOT EXISTS thresholds (
+    id INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    weights TEXT NOT NULL,
+    weights_checksum TEXT,
+    dataset_id INTEGER REFERENCES datasets (id) ON DELETE SET NULL,
+    dataset_name TEXT NOT NULL,
+    thresholds TEXT NOT NULL,
+    tuning TEXT NOT NULL
+)
+
+CREATE INDEX IF NOT EXISTS ix_thresholds_weights ON thresholds (model, weights, id)
+""")
+
+
 class SchemaTooNew(RuntimeError):
     pass
 
