@@ -101,6 +101,8 @@ class DocumentAgreement:
     disagreements: list[Disagreement]
     a: list[Mention] = field(default_factory=list)
     b: list[Mention] = field(default_factory=list)
+    position_a: int = 0                 # where the document is in each run
+    position_b: int = 0
 
     @property
     def score(self) -> float:
@@ -210,18 +212,18 @@ def compare_document(doc_id: str, text: str, a: list[Mention], b: list[Mention])
 
 
 def pair_documents(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, Result]]):
-    """(doc_a, result_a, doc_b, result_b) for documents both runs have, matched by id and text (without a
+    """(position_a, position_b) of documents both runs have, matched by id and text (without a
     classification marker), in A's order; then the ids only A has and those only B has."""
     def key(doc: Document) -> tuple[str, str]:
         return str(doc.id), plain_text(doc.text)
-    waiting: dict[tuple, list] = defaultdict(list)
-    for doc, result in b:
-        waiting[key(doc)].append((doc, result))
+    waiting: dict[tuple, list[int]] = defaultdict(list)
+    for j, (doc, _) in enumerate(b):
+        waiting[key(doc)].append(j)
     pairs, only_a = [], []
-    for doc, result in a:
+    for i, (doc, _) in enumerate(a):
         queue = waiting.get(key(doc))
         if queue:
-            pairs.append((doc, result, *queue.pop(0)))
+            pairs.append((i, queue.pop(0)))
         else:
             only_a.append(str(doc.id))
     only_b = [k[0] for k, rest in waiting.items() for _ in rest]
@@ -234,9 +236,11 @@ def agreement(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, 
     pairs, only_a, only_b = pair_documents(a, b)
     per_type: dict[str, Counts] = defaultdict(Counts)
     documents = []
-    for doc_a, res_a, doc_b, res_b in pairs:
+    for i, j in pairs:
+        (doc_a, res_a), (doc_b, res_b) = a[i], b[j]
         doc, counts = compare_document(str(doc_a.id), plain_text(doc_a.text), mentions(doc_a.text, res_a),
                                        mentions(doc_b.text, res_b, type_map))
+        doc.position_a, doc.position_b = i, j
         documents.append(doc)
         for t, c in counts.items():
             per_type[t].add(c)

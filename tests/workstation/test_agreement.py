@@ -91,6 +91,7 @@ def test_documents_are_paired_by_id_and_text_and_the_rest_reported():
     b = [ner("2", ("地理位置", 14, 17)), ner("3"), ner("1", ("地理位置", 14, 17), text=TEXT + "另一段")]
     result = agreement(a, b)
     assert [d.doc_id for d in result.documents] == ["2"]
+    assert (result.documents[0].position_a, result.documents[0].position_b) == (1, 0)
     assert result.only_in_a == ["1"] and sorted(result.only_in_b) == ["1", "3"]
 
 
