@@ -134,3 +134,22 @@ def test_tune_save_and_apply_thresholds_from_extract(app):
     assert "thresholds" not in (store.get_run(plain).settings or {})
     assert store.get_run(strict).settings["thresholds"] == {"good": 0.75}
     assert store.get_run(strict).items[0][1].tuples == store.get_run(plain).items[0][1].tuples   # 0.75 >= 0.75
+
+
+def test_decisions_survive_paging_through_many_disagreements(app):
+    at = app.run()
+    text = " ".join(["Alice"] * 25)
+    a = extract(at, text, {"Alice": None})
+    b = extract(at, text, {"Bob": None})                                 # 25 disagreements, all "only A"
+    at.switch_page("pages/review.py").run()
+    at.selectbox(key="review_run_a").set_value(a)
+    at.selectbox(key="review_run_b").set_value(b).run()
+    button(at, "Review these runs").click().run()
+    choice = "review-choice-%d-%d-1-%d"
+    at.radio(key=choice % (a, b, 0)).set_value("A").run()
+    assert not any(r.key == choice % (a, b, 20) for r in at.radio)      # 20 a page
+    at.number_input(key=f"review-page-{a}-{b}-1").set_value(2).run()
+    at.radio(key=choice % (a, b, 20)).set_value("A").run()
+    at.number_input(key=f"review-page-{a}-{b}-1").set_value(1).run()
+    assert at.radio(key=choice % (a, b, 0)).value == "A"
+    assert [t[0]["offset"] for t in at.session_state["gold_draft"]["tuples"]] == [[0, 5], [120, 125]]

@@ -15,7 +15,7 @@ from workstation.ui import gold_editor, render, runs, state
 from workstation.ui.agreement_view import agreement_table
 
 PAIR = "review_pair"
-MAX_SHOWN = 100                         # disagreements drawn per document
+PAGE_SIZE = 20                          # disagreements drawn at a time
 
 st.title("Review")
 st.caption("Run two models on the same documents and review where they disagree, most disagreement first. "
@@ -143,22 +143,27 @@ st.markdown(f"**Disagreements** ({len(doc.disagreements)}; {len(doc.agreed)} men
             "kept as they are)")
 if not doc.disagreements:
     st.success("Both models extracted the same from this document.")
-choices: list[str | None] = []
-for n, dis in enumerate(doc.disagreements):
-    if n >= MAX_SHOWN:
-        choices.append(None)
-        continue
+# Decisions live in session state of their own: a radio that is not drawn (another page of disagreements,
+# another document) loses its widget state, and the decision must not go with it.
+decisions = st.session_state.setdefault("review_decisions", {})
+base = (A.id, B.id, doc.doc_id)
+pages = max(1, -(-len(doc.disagreements) // PAGE_SIZE))
+page = st.number_input(f"Page of disagreements (of {pages})", 1, pages, 1, key=f"review-page-{A.id}-{B.id}-{doc.doc_id}") \
+    if pages > 1 else 1
+for n in range((page - 1) * PAGE_SIZE, min(page * PAGE_SIZE, len(doc.disagreements))):
+    dis = doc.disagreements[n]
     with st.container(border=True):
         c = st.columns([1.1, 3, 3, 2.2])
         c[0].markdown(f"**{dis.kind}**")
         c[1].html(version_html(dis.a))
         c[2].html(version_html(dis.b))
-        choices.append(c[3].radio(
-            "Keep", review.options(dis), index=None, horizontal=True, key=f"review-choice-{A.id}-{B.id}-{doc.doc_id}-{n}",
-            format_func=lambda o: {"A": "A's", "B": "B's", review.NEITHER: "neither"}[o], label_visibility="collapsed"))
-if len(doc.disagreements) > MAX_SHOWN:
-    st.caption(f"Showing {MAX_SHOWN} of {len(doc.disagreements)} disagreements; the rest stay out of the draft "
-               "unless you add them in the editor.")
+        allowed = review.options(dis)
+        current = decisions.get((*base, n))
+        decisions[(*base, n)] = c[3].radio(
+            "Keep", allowed, index=allowed.index(current) if current in allowed else None, horizontal=True,
+            key=f"review-choice-{A.id}-{B.id}-{doc.doc_id}-{n}", label_visibility="collapsed",
+            format_func=lambda o: {"A": "A's", "B": "B's", review.NEITHER: "neither"}[o])
+choices = [decisions.get((*base, n)) for n in range(len(doc.disagreements))]
 undecided = sum(c is None for c in choices)
 if undecided:
     st.caption(f"{undecided} disagreement(s) undecided: they stay out of the draft until you choose.")
