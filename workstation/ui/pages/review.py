@@ -135,7 +135,7 @@ def version_html(m: Mention | None) -> str:
         return "label " + render.legend_html([m.type])
     if not m.located:
         return (render.legend_html([m.type]) + ' <span style="color:#b00020">not found in the text: '
-                + escape(m.text) + "</span>")
+                + escape(m.text if len(m.text) <= 160 else m.text[:160] + "…") + "</span>")
     return render.legend_html([m.type]) + " " + render.covered_html(doc.text, m.start, m.end)
 
 
