@@ -153,3 +153,25 @@ def test_decisions_survive_paging_through_many_disagreements(app):
     at.number_input(key=f"review-page-{a}-{b}-1").set_value(1).run()
     assert at.radio(key=choice % (a, b, 0)).value == "A"
     assert [t[0]["offset"] for t in at.session_state["gold_draft"]["tuples"]] == [[0, 5], [120, 125]]
+
+
+def test_a_rerun_applies_the_thresholds_its_run_recorded(app):
+    at = app.run()
+    store = state.store()
+    weights, _ = state.weights_for("fakeie")
+    store.save_thresholds("fakeie", weights, {"good": 0.9}, {}, "gold")
+    at.switch_page("pages/extract.py").run()
+    at.text_area(key="schema:fakeie").input(json.dumps({"good": None}))
+    at.text_area(key="text:fakeie").input("[CLASSIFY]fine").run()
+    at.toggle(key="thresholds-on:fakeie").set_value(True).run()
+    button(at, "Run").click().run()
+    strict = at.session_state["extract_run_id"]
+    assert store.get_run(strict).items[0][1].tuples == []               # 0.75 < 0.9: the label is left out
+    store.delete_thresholds("fakeie", weights)                          # the re-run uses the run's own record
+    at.switch_page("pages/history.py").run()
+    at.multiselect(key="history_selected").set_value([strict]).run()
+    button(at, "Re-run").click().run()
+    assert not at.exception and not at.error
+    again = store.search_runs(limit=1)[0].id
+    assert again != strict and store.get_run(again).settings["thresholds"] == {"good": 0.9}
+    assert store.get_run(again).items[0][1].tuples == []
