@@ -43,7 +43,9 @@ class Mention:
         return self.start is not None
 
     def identity(self) -> tuple:
-        return (self.type, None) if self.label else (self.type, self.start, self.end, None if self.located else self.text)
+        if self.label:
+            return (self.type, None)
+        return (self.type, self.start, self.end, None if self.located else self.text)
 
     def describe(self) -> str:
         where = f" [{self.start}, {self.end})" if self.located else (" (label)" if self.label else " (not in the text)")
@@ -165,7 +167,8 @@ def _overlap(x: Mention, y: Mention) -> int:
     return min(x.end, y.end) - max(x.start, y.start)
 
 
-def compare_document(doc_id: str, text: str, a: list[Mention], b: list[Mention]) -> tuple[DocumentAgreement, dict[str, Counts]]:
+def compare_document(doc_id: str, text: str, a: list[Mention],
+                     b: list[Mention]) -> tuple[DocumentAgreement, dict[str, Counts]]:
     counts: dict[str, Counts] = defaultdict(Counts)
     for m in a:
         counts[m.type].a += 1
@@ -183,8 +186,8 @@ def compare_document(doc_id: str, text: str, a: list[Mention], b: list[Mention])
             counts[m.type].exact += 1
             counts[m.type].overlap += 1
     disagreements: list[Disagreement] = []
-    pairs = sorted(((_overlap(x, y), i, j) for i, x in enumerate(left) for j, y in enumerate(right)
-                    if x.located and y.located and x.type == y.type and _overlap(x, y) > 0), key=lambda p: (-p[0], p[1], p[2]))
+    pairs = sorted((-_overlap(x, y), i, j) for i, x in enumerate(left) for j, y in enumerate(right)
+                   if x.located and y.located and x.type == y.type and _overlap(x, y) > 0)
     used_a, used_b = set(), set()
     for _, i, j in pairs:                                           # overlap, largest first
         if i not in used_a and j not in used_b:

@@ -61,8 +61,8 @@ def test_review_queue_decisions_fill_the_gold_draft_and_save_an_example(app):
     assert ">Paris</mark>" in drawn and ">Bob</mark>" in drawn
     # only A: Paris; only B: Bob -- nothing decided yet, so the draft holds what both found
     assert at.session_state["gold_draft"]["tuples"] == [[{"type": "Alice", "span": "Alice", "offset": [0, 5]}]]
-    at.radio(key="review-choice-%d-%d-1-0" % (a, b)).set_value("B")    # keep Bob (B's)
-    at.radio(key="review-choice-%d-%d-1-1" % (a, b)).set_value("neither").run()   # reject Paris (A's)
+    at.radio(key="review-choice-%d-%d-0-0" % (a, b)).set_value("B")    # keep Bob (B's)
+    at.radio(key="review-choice-%d-%d-0-1" % (a, b)).set_value("neither").run()   # reject Paris (A's)
     assert not at.exception
     assert [t[0]["span"] for t in at.session_state["gold_draft"]["tuples"]] == ["Alice", "Bob"]
     at.radio(key="review_side").set_value("B").run()                   # B's run knows the type Bob
@@ -145,12 +145,12 @@ def test_decisions_survive_paging_through_many_disagreements(app):
     at.selectbox(key="review_run_a").set_value(a)
     at.selectbox(key="review_run_b").set_value(b).run()
     button(at, "Review these runs").click().run()
-    choice = "review-choice-%d-%d-1-%d"
+    choice = "review-choice-%d-%d-0-%d"
     at.radio(key=choice % (a, b, 0)).set_value("A").run()
     assert not any(r.key == choice % (a, b, 20) for r in at.radio)      # 20 a page
-    at.number_input(key=f"review-page-{a}-{b}-1").set_value(2).run()
+    at.number_input(key=f"review-page-{a}-{b}-0").set_value(2).run()
     at.radio(key=choice % (a, b, 20)).set_value("A").run()
-    at.number_input(key=f"review-page-{a}-{b}-1").set_value(1).run()
+    at.number_input(key=f"review-page-{a}-{b}-0").set_value(1).run()
     assert at.radio(key=choice % (a, b, 0)).value == "A"
     assert [t[0]["offset"] for t in at.session_state["gold_draft"]["tuples"]] == [[0, 5], [120, 125]]
 

@@ -33,7 +33,8 @@ def test_precision_and_recall_of_b_against_a_exact_and_overlap():
     s = loc.scores()
     assert s["precision (exact)"] == 0.5 and s["recall (exact)"] == 0.5
     overall = result.overall.scores()
-    assert overall["precision (exact)"] == pytest.approx(1 / 3) and overall["precision (overlap)"] == pytest.approx(2 / 3)
+    assert overall["precision (exact)"] == pytest.approx(1 / 3)
+    assert overall["precision (overlap)"] == pytest.approx(2 / 3)
     kinds = sorted(d.kind for d in result.documents[0].disagreements)
     assert kinds == ["boundary", "only A", "only B"]
 

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from workstation.thresholds import TypeTuning
-from workstation.ui import state
+from workstation.ui import render, state
 
 
 def threshold_switch(model: str) -> tuple[tuple[str, float], ...]:
@@ -16,9 +16,9 @@ def threshold_switch(model: str) -> tuple[tuple[str, float], ...]:
     if saved is None or not saved.thresholds:
         return ()
     on = st.toggle("Apply the tuned confidence thresholds", key=f"thresholds-on:{model}",
-                   help=f"Tuned on dataset {saved.dataset_name!r}: extractions below their type's threshold are "
-                        "left out, and the run records the thresholds it used.")
-    st.caption("Thresholds: " + ", ".join(f"{t} ≥ {v:.4g}" for t, v in saved.thresholds.items())
+                   help=f"Tuned on dataset {render.md_text(saved.dataset_name)}: extractions below their type's "
+                        "threshold are left out, and the run records the thresholds it used.")
+    st.caption("Thresholds: " + ", ".join(f"{render.md_text(t)} ≥ {v:.4g}" for t, v in saved.thresholds.items())
                + f" (tuned on {saved.created_at.astimezone():%Y-%m-%d %H:%M})")
     if saved.stale():
         st.warning("The weights changed since these thresholds were tuned; tune them again on the Thresholds page.")

@@ -146,10 +146,12 @@ if not doc.disagreements:
 # Decisions live in session state of their own: a radio that is not drawn (another page of disagreements,
 # another document) loses its widget state, and the decision must not go with it.
 decisions = st.session_state.setdefault("review_decisions", {})
-base = (A.id, B.id, doc.doc_id)
+base = (A.id, B.id, doc.position_a)       # ids may repeat in a run; positions do not
 pages = max(1, -(-len(doc.disagreements) // PAGE_SIZE))
-page = st.number_input(f"Page of disagreements (of {pages})", 1, pages, 1, key=f"review-page-{A.id}-{B.id}-{doc.doc_id}") \
-    if pages > 1 else 1
+page = 1
+if pages > 1:
+    page = st.number_input(f"Page of disagreements (of {pages})", 1, pages, 1,
+                           key=f"review-page-{A.id}-{B.id}-{doc.position_a}")
 for n in range((page - 1) * PAGE_SIZE, min(page * PAGE_SIZE, len(doc.disagreements))):
     dis = doc.disagreements[n]
     with st.container(border=True):
@@ -161,7 +163,7 @@ for n in range((page - 1) * PAGE_SIZE, min(page * PAGE_SIZE, len(doc.disagreemen
         current = decisions.get((*base, n))
         decisions[(*base, n)] = c[3].radio(
             "Keep", allowed, index=allowed.index(current) if current in allowed else None, horizontal=True,
-            key=f"review-choice-{A.id}-{B.id}-{doc.doc_id}-{n}", label_visibility="collapsed",
+            key=f"review-choice-{A.id}-{B.id}-{doc.position_a}-{n}", label_visibility="collapsed",
             format_func=lambda o: {"A": "A's", "B": "B's", review.NEITHER: "neither"}[o])
 choices = [decisions.get((*base, n)) for n in range(len(doc.disagreements))]
 undecided = sum(c is None for c in choices)

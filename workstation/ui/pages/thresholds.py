@@ -27,7 +27,8 @@ st.caption(f"Model {render.md_text(fam.name)}, weights `{weights}`")
 saved = store.thresholds_for(fam.name, weights)
 if saved is not None:
     st.subheader("Saved for these weights")
-    st.caption(f"Tuned on dataset {render.md_text(saved.dataset_name)} on {saved.created_at.astimezone():%Y-%m-%d %H:%M}")
+    st.caption(f"Tuned on dataset {render.md_text(saved.dataset_name)} "
+               f"on {saved.created_at.astimezone():%Y-%m-%d %H:%M}")
     tuning_table({t: TypeTuning.from_json(j) for t, j in saved.tuning.items()}, key="saved-tuning")
     if saved.stale():
         st.warning("The checkpoint in this directory changed since; tune again.")
