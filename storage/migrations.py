@@ -162,6 +162,8 @@ INSERT INTO document_search (rowid, body)
 
 # Gold examples keep their own text and output: a correction never edits the run it came from, and
 # deleting that run only unlinks the example. Dataset names are unique per model.
+
+
 @migration
 def m003_datasets_and_training_runs(conn: Connection) -> None:
     _run(conn, """
@@ -227,8 +229,9 @@ CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created
 """)
 
 
-class SchemaTooNew(RuntimeError):
-    pass
+# Confidence thresholds tuned for one model's weights on a gold dataset; the newest row for a
+# (model, weights) pair is the one later runs apply. The review queue keeps no table of its own:
+# a reviewed document is one saved as a gold example (gold_examples.document_id).
 
 
 @migration
@@ -237,6 +240,29 @@ def m006_run_stages(conn: Connection) -> None:
     columns = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(runs)")}
     if "stages" not in columns:
         conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN stages TEXT")
+
+
+@migration
+def m008_thresholds_and_review(conn: Connection) -> None:
+    _run(conn, """
+CREATE TABLE IF NOT EXISTS thresholds (
+    id INTEGER PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    model TEXT NOT NULL,
+    weights TEXT NOT NULL,
+    weights_checksum TEXT,
+    dataset_id INTEGER REFERENCES datasets (id) ON DELETE SET NULL,
+    dataset_name TEXT NOT NULL,
+    thresholds TEXT NOT NULL,
+    tuning TEXT NOT NULL
+)
+
+CREATE INDEX IF NOT EXISTS ix_thresholds_weights ON thresholds (model, weights, id)
+""")
+
+
+class SchemaTooNew(RuntimeError):
+    pass
 
 
 def _ensure_table(conn: Connection) -> None:

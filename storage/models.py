@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Text, TypeDecorator
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Text, TypeDecorator
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -225,3 +225,20 @@ class TrainingRunRecord(Base):
     error: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+
+
+class ThresholdRecord(Base):
+    """Confidence thresholds per type, tuned for one model's weights on a gold dataset (the newest applies)."""
+
+    __tablename__ = "thresholds"
+    __table_args__ = (Index("ix_thresholds_weights", "model", "weights", "id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    created_at: Mapped[datetime]
+    model: Mapped[str]
+    weights: Mapped[str] = mapped_column(Text)
+    weights_checksum: Mapped[str | None]
+    dataset_id: Mapped[int | None] = mapped_column(ForeignKey("datasets.id", ondelete="SET NULL"))
+    dataset_name: Mapped[str]
+    thresholds: Mapped[dict[str, Any]]                   # type -> threshold
+    tuning: Mapped[dict[str, Any]]                       # type -> TypeTuning as JSON (scores and the curve)

@@ -61,7 +61,7 @@ def run_record(report: RunReport, documents: Sequence[Document], source: str, ta
         weights=str(report.weights), weights_checksum=weights_checksum(report.weights), demo=bool(report.demo),
         device=report.device, dtype=report.dtype, attention=report.attention,
         optimizations=dict(report.optimizations), batch_size=int(report.batch_size), options=dict(report.options),
-        settings=settings, documents_count=len(documents), wall_seconds=wall,
+        settings=_with_thresholds(settings, report), documents_count=len(documents), wall_seconds=wall,
         docs_per_second=len(documents) / wall if wall > 0 else None, tokens=int(report.tokens),
         peak_memory_bytes=report.peak_memory_bytes, label=label, note=note, stages=run_stages(report))
     for position, (doc, result) in enumerate(zip(documents, results)):
@@ -76,6 +76,12 @@ def run_stages(report: RunReport) -> dict | None:
     if not report.stages:
         return None
     return {"seconds": dict(report.stages), "device_busy": report.device_busy, "backoffs": list(report.backoffs)}
+
+
+def _with_thresholds(settings: dict | None, report: RunReport) -> dict | None:
+    # The confidence thresholds a run applied are part of how it was made: kept in its settings snapshot.
+    thresholds = getattr(report, "thresholds", None)
+    return {**(settings or {}), "thresholds": dict(thresholds)} if thresholds else settings
 
 
 def _parse_time(value: str | datetime | None) -> datetime:

@@ -4,7 +4,7 @@ datasets and the fine-tuning runs.
 Every method opens and closes its own session and returns plain dataclasses (`storage.views`), so a
 Streamlit rerun or a worker thread never holds a session or an ORM object. Every query is a SQLAlchemy
 expression with bound parameters. The job methods live in `storage.jobs_queue`, the gold datasets in
-`storage.datasets`, the fine-tuning runs in `storage.training`.
+`storage.datasets`, the fine-tuning runs in `storage.training`, confidence thresholds in `storage.thresholds`.
 
 The CLI records a run with ``open_store(path).record_run(report, documents, "cli", task)`` — or
 `record_cli_run`, which also closes the store.
@@ -25,6 +25,7 @@ from storage.datasets import GoldDatasets
 from storage.jobs_queue import JobQueue
 from storage.models import DocumentRecord, RunRecord
 from storage.records import SOURCES, run_record, run_summary, stored_document, stored_result, weights_checksum
+from storage.thresholds import SavedThresholds, ThresholdSettings
 from storage.training import TrainingLog
 from storage.views import (Dataset, DocumentComparison, GoldExample, JobStatus, NotFound, RunComparison, RunDetail,
                            RunSummary, SpanKey, TrainingRun, span_key)
@@ -35,10 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "RunComparison",
            "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "SOURCES", "weights_checksum",
-           "Dataset", "GoldExample", "TrainingRun"]
+           "Dataset", "GoldExample", "TrainingRun", "SavedThresholds"]
 
 
-class Store(JobQueue, GoldDatasets, TrainingLog):
+class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
     def __init__(self, path: str | Path, migrate: bool = True):
         self.path = Path(path)
         self.engine = create_sqlite_engine(self.path)

@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--repetition-penalty", type=float, default=None)
     x.add_argument("--skip-invalid", action="store_true", help="skip bad input lines and report them")
     x.add_argument("--no-record", action="store_true", help="do not record the run in the history database")
+    x.add_argument("--thresholds", default=None, metavar="saved|FILE",
+                   help="apply per-type confidence thresholds: 'saved' = those tuned for these weights (UI, "
+                        "Thresholds page), or a JSON file {type: threshold}; the run records them")
 
     d = sub.add_parser("demo-weights", help="write random-weight demo checkpoints of the real architectures")
     d.add_argument("--model", default=None, help="one model (default: all)")
@@ -144,6 +147,7 @@ def extract(args) -> int:
     dtype = args.dtype or (ms.dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
     if dtype != model.knobs.dtype:
         model.set_dtype(dtype)
+    thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty)) if v is not None}
     batch_size = args.batch_size or ms.batch_size
@@ -157,7 +161,7 @@ def extract(args) -> int:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             report = engine.run(model, valid, batch_size, active,
                                 on_result=lambda r: out.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n"),
-                                keep_results=not args.no_record, **options)
+                                keep_results=not args.no_record, thresholds=thresholds, **options)
         os.replace(tmp, args.output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -172,6 +176,34 @@ def extract(args) -> int:
     if not args.no_record:
         record(s, report, valid, summary)
     return 0
+
+
+def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dict[str, float] | None:
+    """--thresholds: None (off), 'saved' (the newest tuned for these weights in the history database), or a file."""
+    from workstation.thresholds import check_thresholds
+    if arg is None:
+        return None
+    if arg == "saved":
+        from storage.repository import open_store
+        store = open_store(settings.path(settings.database))
+        try:
+            saved = store.thresholds_for(model, weights) or store.thresholds_for(model, weights.resolve())
+        finally:
+            store.close()
+        if saved is None:
+            raise InputError(f"no thresholds are saved for {model} weights {weights}; tune them on the UI's "
+                             "Thresholds page, or pass a JSON file")
+        if saved.stale():
+            print("warning: the weights changed since the saved thresholds were tuned", file=sys.stderr)
+        return saved.thresholds
+    path = Path(arg)
+    if not path.is_file():
+        raise InputError(f"--thresholds: {arg} is neither 'saved' nor a file")
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"--thresholds: {path} is not JSON ({e})") from None
+    return check_thresholds(data)
 
 
 def finetune(argv: list[str]) -> int:

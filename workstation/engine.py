@@ -19,6 +19,7 @@ from workstation import plugins
 from workstation.domain import Document, InputError, Result
 from workstation.models import LoadedModel, ModelFamily
 from workstation.stages import IDLE, StageClock
+from workstation.thresholds import apply_thresholds
 
 
 def resolve_device(device: str) -> str:
@@ -76,6 +77,7 @@ class RunReport:
     peak_memory_bytes: int | None = None
     stages: dict[str, float] = field(default_factory=dict)     # seconds per stage (workstation/stages.py)
     backoffs: list[dict] = field(default_factory=list)         # OOM back-offs: when, and to how many rows
+    thresholds: dict[str, float] | None = None                 # confidence thresholds applied (type -> t)
     results: list[Result] = field(default_factory=list)
 
     @property
@@ -98,13 +100,17 @@ class Cancelled(Exception):
 def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
         optimizations: dict[str, str] | None = None, on_result: Callable[[Result], None] | None = None,
         on_progress: Callable[[int, int], None] | None = None, cancel: threading.Event | None = None,
-        keep_results: bool = True, **options) -> RunReport:
-    """Run documents through a loaded model; measure wall time, tokens and peak GPU memory."""
+        keep_results: bool = True, thresholds: dict[str, float] | None = None, **options) -> RunReport:
+    """Run documents through a loaded model; measure wall time, tokens and peak GPU memory.
+
+    thresholds (opt-in): per-type confidence thresholds (workstation/thresholds.py) applied to every
+    result before it is kept or handed on; the report records them."""
     for doc in documents:
         model.family.validate(doc)
     report = RunReport(model.family.name, str(model.weights), model.is_demo, model.device, model.knobs.dtype,
                        model.knobs.attention, dict(optimizations or {}), batch_size, options,
-                       datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                       datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       thresholds=dict(thresholds) if thresholds else None)
     on_cuda = model.device.startswith("cuda")
     if on_cuda:
         torch.cuda.synchronize(model.device)
@@ -116,6 +122,8 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
         for result in iter_results(model, documents, batch_size, cancel, **options):
             report.documents += 1
             with clock.stage("write"):
+                if report.thresholds:
+                    result = apply_thresholds(result, report.thresholds)
                 if keep_results:
                     report.results.append(result)
                 if on_result:

@@ -10,7 +10,8 @@ from workstation.ui import state
 
 def test_every_page_renders_without_an_exception(app):
     at = app.run()
-    for page in ("extract", "batch", "history", "datasets", "finetune", "optimizations", "monitor", "plugins"):
+    for page in ("extract", "batch", "history", "review", "datasets", "finetune", "thresholds", "optimizations",
+                 "monitor", "plugins"):
         at.switch_page(f"pages/{page}.py").run()
         assert not at.exception, page
         assert not at.error, page

@@ -293,3 +293,36 @@ def test_correct_a_result_into_a_dataset_and_finetune_on_it(server, page, shots)
     assert page.get_by_test_id("stException").count() == 0
     shot(page, shots, "finetune")
     store.close()
+
+
+def test_review_queue_of_both_models_on_the_same_texts(server, page, shots):
+    """Review: RexUniNLU and SeqGPT (tiny demo weights) on the same texts, the queue, one decision, the draft."""
+    from plugins.seqgpt.family import SeqGPT
+    from storage.repository import open_store
+    url, tmp = server
+    SeqGPT().write_demo_weights(tmp / "demo-weights" / "seqgpt-tiny", "tiny")
+    page.goto(url)
+    settle(page)
+    go(page, "Review")
+    page.get_by_label("Types (comma-separated)", exact=True).and_(page.locator("input")).fill("人物, 地理位置, 组织机构")
+    page.get_by_label("Texts (one per line)").fill("北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。\n"
+                                                   "张三在北京见到了<img src=x onerror=\"document.title='pwned'\">李四。")
+    click(page, "Run both")
+    page.get_by_text("Queue", exact=True).wait_for(timeout=240_000)
+    settle(page)
+    assert page.get_by_test_id("stException").count() == 0
+    store = open_store(tmp / "runs.db")
+    runs = {r.model: r for r in store.search_runs()}
+    assert set(runs) == {"rexuninlu", "seqgpt"} and all(r.documents == 2 for r in runs.values())
+    assert page.get_by_text(f"Run {runs['rexuninlu'].id} (A: rexuninlu) vs run {runs['seqgpt'].id} (B: seqgpt)").is_visible()
+    main = page.get_by_test_id("stMain").inner_text()
+    assert "B measured against A" in main and "Disagreements" in main
+    assert page.title() != "pwned" and page.locator(".iew-text img").count() == 0
+    radios = page.get_by_test_id("stRadio").filter(has_text="neither")
+    if radios.count():                  # random weights: decide the first disagreement, if there is one
+        radios.first.get_by_text("neither").click()
+        settle(page)
+    page.get_by_text("Correct this result and save it as a gold example").wait_for()
+    page.get_by_test_id("stMain").evaluate("main => main.scrollTo(0, 0)")
+    shot(page, shots, "review")
+    store.close()

@@ -63,10 +63,12 @@ nav = st.navigation({
         st.Page(PAGES / "extract.py", title="Extract", icon=":material/manage_search:", default=True),
         st.Page(PAGES / "batch.py", title="Batch", icon=":material/inventory_2:"),
         st.Page(PAGES / "history.py", title="History", icon=":material/history:"),
+        st.Page(PAGES / "review.py", title="Review", icon=":material/rule:"),
     ],
     "Training": [
         st.Page(PAGES / "datasets.py", title="Datasets", icon=":material/dataset:"),
         st.Page(PAGES / "finetune.py", title="Fine-tune", icon=":material/model_training:"),
+        st.Page(PAGES / "thresholds.py", title="Thresholds", icon=":material/filter_alt:"),
     ],
     "System": [
         st.Page(PAGES / "optimizations.py", title="Optimizations", icon=":material/tune:"),

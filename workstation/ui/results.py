@@ -1,6 +1,8 @@
 """Streamlit views of a recorded run: its numbers and each document's result (Extract, History)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import streamlit as st
 
@@ -133,6 +135,18 @@ def comparison_view(store, a: int, b: int) -> None:
         st.success("Both runs extracted exactly the same tuples.")
     else:
         st.dataframe(pd.DataFrame(render.comparison_rows(cmp.documents)), hide_index=True)
+    agreement_section(store, a, b)
+
+
+def agreement_section(store, a: int, b: int) -> None:
+    """How far B agrees with A per type (workstation/agreement.py), and the way to the review queue."""
+    from workstation.agreement import agreement
+    from workstation.ui.agreement_view import agreement_table
+    st.markdown("**Agreement of B with A, per type**")
+    agreement_table(agreement(store.get_run(a).items, store.get_run(b).items), key=f"agreement-{a}-{b}")
+    if st.button("Review the disagreements", key=f"review-{a}-{b}"):
+        st.session_state["review_pair"] = (a, b)
+        st.switch_page(str(Path(__file__).parent / "pages" / "review.py"))
 
 
 def side_row(name: str, s) -> dict:

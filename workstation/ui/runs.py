@@ -21,11 +21,15 @@ class RunRequest:
     task: str | None = None
     batch_size: int | None = None
     options: tuple[tuple[str, Any], ...] = ()
+    thresholds: tuple[tuple[str, float], ...] = ()      # confidence thresholds to apply (opt-in), type -> t
 
     def snapshot(self, weights: str, dtype: str) -> dict[str, Any]:
-        return {"model": self.model, "weights": weights, "device": self.device, "dtype": dtype,
+        snap = {"model": self.model, "weights": weights, "device": self.device, "dtype": dtype,
                 "optimizations": list(self.optimizations), "task": self.task, "batch_size": self.batch_size,
                 "options": dict(self.options)}
+        if self.thresholds:
+            snap["thresholds"] = dict(self.thresholds)
+        return snap
 
 
 def document_for(family: ModelFamily, preset: TaskPreset | None, schema: Any, text: str,
@@ -53,8 +57,8 @@ def target(request: RunRequest) -> tuple[tuple, str, str, int]:
     return key, str(weights), ms.dtype, request.batch_size or ms.batch_size
 
 
-def run_and_record(request: RunRequest, documents: Sequence[Document], source: str = "ui") -> int:
-    """Validate, run under the model's lock, record. Raises InputError/WeightsError for the page to show."""
+def run_only(request: RunRequest, documents: Sequence[Document]) -> tuple[engine.RunReport, str, str]:
+    """Validate and run under the model's lock, without recording: (report, weights, dtype)."""
     fam = engine.family(request.model)
     for doc in documents:
         fam.validate(doc)               # before loading anything: a bad schema costs no GPU time
@@ -63,7 +67,14 @@ def run_and_record(request: RunRequest, documents: Sequence[Document], source: s
         active = engine.apply_optimizations(model, applicable(model, request.optimizations))
         if model.knobs.dtype == "fp32" and dtype != "fp32":
             model.set_dtype(dtype)      # no precision optimization on: the dtype of settings.toml
-        report = engine.run(model, documents, batch_size, optimizations=active, **dict(request.options))
+        report = engine.run(model, documents, batch_size, optimizations=active,
+                            thresholds=dict(request.thresholds) or None, **dict(request.options))
+    return report, weights, dtype
+
+
+def run_and_record(request: RunRequest, documents: Sequence[Document], source: str = "ui") -> int:
+    """Validate, run under the model's lock, record. Raises InputError/WeightsError for the page to show."""
+    report, weights, dtype = run_only(request, documents)
     return state.store().record_run(report, list(documents), source, task=request.task,
                                     settings_snapshot=request.snapshot(weights, dtype))
 
@@ -74,9 +85,10 @@ def rerun(detail) -> tuple[str, int]:
     snap, s = detail.settings or {}, detail.summary
     request = RunRequest(s.model, snap.get("device") or s.device,
                          tuple(snap.get("optimizations", list(s.optimizations))), task=s.task,
-                         batch_size=s.batch_size, options=tuple(sorted(s.options.items())))
+                         batch_size=s.batch_size, options=tuple(sorted(s.options.items())),
+                         thresholds=tuple(sorted((snap.get("thresholds") or {}).items())))
     documents = [doc for doc, _ in detail.items]
-    if len(documents) > RERUN_IN_PAGE:
+    if len(documents) > RERUN_IN_PAGE and not request.thresholds:   # batch jobs apply no thresholds
         return "job", start_job(request, documents, f"re-run of run {s.id}")
     return "run", run_and_record(request, documents)
 

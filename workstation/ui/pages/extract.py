@@ -7,6 +7,7 @@ from storage.repository import NotFound
 from workstation.domain import InputError, WeightsError
 from workstation.ui import results, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
+from workstation.ui.threshold_view import threshold_switch
 
 fam = state.current_family()
 if fam is None:
@@ -71,13 +72,14 @@ with left:
                 st.rerun()
 
 options = option_widgets(fam, "extract")
+thresholds = threshold_switch(fam.name)
 opts = state.chosen_optimizations()
 st.caption("Chosen optimizations: " + (", ".join(opts) if opts else "none (fp32 eager path)")
            + " — those that do not apply to this model are skipped; change them on the Optimizations page.")
 if st.button("Run", type="primary", disabled=bool(schema_error)):
     doc = runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or "")
     request = runs.RunRequest(fam.name, state.device_for(fam.name), tuple(opts), task=preset.name,
-                              options=tuple(sorted(options.items())))
+                              options=tuple(sorted(options.items())), thresholds=thresholds)
     try:
         with st.spinner(f"Running {fam.name}…"):
             st.session_state["extract_run_id"] = runs.run_and_record(request, [doc])

@@ -1,0 +1,25 @@
+"""The agreement of two runs as a table (History's compare view, the review queue)."""
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from workstation.agreement import Agreement
+
+PERCENT = st.column_config.NumberColumn(format="percent")
+
+
+def agreement_table(result: Agreement, key: str) -> None:
+    """Per type: how many mentions each run has, and B's precision and recall against A, exact and overlap."""
+    rows = result.rows()
+    if not rows:
+        st.info("Neither run extracted anything from the documents they share.")
+        return
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key=key,
+                 column_config={c: PERCENT for c in rows[0] if c.startswith(("precision", "recall"))})
+    st.caption("B measured against A: precision is the share of B's mentions A also made, recall the share of "
+               "A's that B also made. Exact: the same type and offsets; overlap: the same type and overlapping "
+               "offsets, matched one to one. A classification label matches the same label.")
+    skipped = len(result.only_in_a) + len(result.only_in_b)
+    if skipped:
+        st.caption(f"{skipped} document(s) are in only one of the runs (matched by id and text) and are not counted.")

@@ -1,0 +1,185 @@
+"""Review: two models on the same documents, the documents they disagree on most first; each decision on a
+disagreement fills the gold editor's draft, which saves a gold example into a dataset."""
+from __future__ import annotations
+
+from html import escape
+
+import pandas as pd
+import streamlit as st
+
+from storage.repository import NotFound
+from workstation import review
+from workstation.agreement import Mention, agreement
+from workstation.domain import InputError, WeightsError
+from workstation.ui import gold_editor, render, runs, state
+from workstation.ui.agreement_view import agreement_table
+
+PAIR = "review_pair"
+PAGE_SIZE = 20                          # disagreements drawn at a time
+
+st.title("Review")
+st.caption("Run two models on the same documents and review where they disagree, most disagreement first. "
+           "Each choice fills a draft gold example; correct it further and save it into a dataset for fine-tuning.")
+store = state.store()
+fams = state.families()
+names = list(fams)
+pair = st.session_state.get(PAIR)
+
+
+def _default(name: str, fallback: int) -> int:
+    return names.index(name) if name in names else min(fallback, len(names) - 1)
+
+
+with st.expander("Run two models on the same texts", expanded=pair is None):
+    if not names:
+        st.error("No model plugin is installed.")
+        st.stop()
+    c = st.columns([2, 2, 2])
+    model_a = c[0].selectbox("Model A (the reference)", names, index=_default("rexuninlu", 0), key="review_model_a")
+    model_b = c[1].selectbox("Model B", names, index=_default("seqgpt", 1), key="review_model_b")
+    kind = c[2].radio("Task", list(review.KINDS), format_func=review.KINDS.__getitem__, key="review_kind",
+                      horizontal=True)
+    typed = st.text_input("Types (comma-separated)", key="review_types", placeholder="人物, 地理位置, 组织机构",
+                          help="RexUniNLU reads them as a flat schema, SeqGPT as its label list.")
+    texts = st.text_area("Texts (one per line)", key="review_texts", height=140)
+    if st.button("Run both", type="primary"):
+        try:
+            types = review.split_types(typed or "")
+            lines = (texts or "").splitlines()
+            documents = {m: review.documents_for(fams[m], kind, types, lines) for m in (model_a, model_b)}
+            ids = []
+            with st.spinner(f"Running {model_a} and {model_b}…"):
+                for m in (model_a, model_b):
+                    request = runs.RunRequest(m, state.device_for(m), tuple(state.chosen_optimizations()),
+                                              task=review.task_name(fams[m], kind))
+                    ids.append(runs.run_and_record(request, documents[m]))
+            st.session_state[PAIR] = tuple(ids)
+            st.rerun()
+        except (InputError, WeightsError) as e:
+            st.error(str(e))
+        except Exception as e:          # a model failure is shown, never a crashed page
+            st.error(f"The run failed: {type(e).__name__}: {e}")
+
+with st.expander("Or review two recorded runs"):
+    recent = store.search_runs(limit=200)
+    by_id = {r.id: r for r in recent}
+    if len(recent) < 2:
+        st.info("Fewer than two runs are recorded.")
+    else:
+        label = (lambda i: f"{i} · {by_id[i].model} · {by_id[i].task or ''} · {by_id[i].documents} doc(s) · "
+                           f"{by_id[i].created_at.astimezone():%m-%d %H:%M}")
+        c = st.columns(3)
+        pick_a = c[0].selectbox("Run A (the reference)", list(by_id), index=1, format_func=label, key="review_run_a")
+        pick_b = c[1].selectbox("Run B", list(by_id), index=0, format_func=label, key="review_run_b")
+        if c[2].button("Review these runs", disabled=pick_a == pick_b):
+            st.session_state[PAIR] = (pick_a, pick_b)
+            st.rerun()
+
+if pair is None:
+    st.info("Run two models above, or pick two recorded runs, to open the review queue.")
+    st.stop()
+try:
+    detail_a, detail_b = store.get_run(pair[0]), store.get_run(pair[1])
+except NotFound as e:
+    st.session_state.pop(PAIR, None)
+    st.info(str(e))
+    st.stop()
+
+result = agreement(detail_a.items, detail_b.items)
+A, B = detail_a.summary, detail_b.summary
+st.subheader(f"Run {A.id} (A: {A.model}) vs run {B.id} (B: {B.model})")
+agreement_table(result, key="review-agreement")
+if not result.documents:
+    st.info("The two runs share no document (matched by id and text).")
+    st.stop()
+
+
+def reviewed(position_a: int, position_b: int) -> bool:
+    return bool(store.gold_examples_of_document(A.id, position_a) or store.gold_examples_of_document(B.id, position_b))
+
+
+ranked = result.ranked()
+st.markdown("**Queue**")
+st.dataframe(pd.DataFrame([{
+    "rank": n + 1, "document": d.doc_id, "disagreements": len(d.disagreements),
+    "disagreement share": d.score, "agreed": len(d.agreed),
+    "reviewed": "✓" if reviewed(d.position_a, d.position_b) else "", "text": d.text[:80],
+} for n, d in enumerate(ranked)]), hide_index=True, key="review-queue",
+    column_config={"disagreement share": st.column_config.ProgressColumn(min_value=0, max_value=1, format="percent")})
+
+index = st.selectbox("Document to review", range(len(ranked)), key=f"review-doc-{A.id}-{B.id}",
+                     format_func=lambda i: f"#{i + 1} · {ranked[i].doc_id} · {len(ranked[i].disagreements)} "
+                                           f"disagreement(s) · {ranked[i].text[:50]}")
+doc = ranked[index]
+doc_a, res_a = detail_a.items[doc.position_a]
+doc_b, res_b = detail_b.items[doc.position_b]
+
+left, right = st.columns(2)
+for col, side, summary, d, res in ((left, "A", A, doc_a, res_a), (right, "B", B, doc_b, res_b)):
+    with col:
+        st.markdown(f"**{side}: {render.md_text(summary.model)}** (run {summary.id})")
+        spans = render.located_spans(res)
+        if spans:
+            st.html(render.legend_html(s.type for s in spans))
+        st.html(render.spans_html(d.text, spans))
+        labels = render.labels(res)
+        if labels:
+            st.html("Labels: " + render.legend_html(s.type for s in labels))
+
+
+def version_html(m: Mention | None) -> str:
+    """One model's version of a disagreement: its type, and where it is with a little text around it."""
+    if m is None:
+        return '<span style="opacity:0.6">—</span>'
+    if m.label:
+        return "label " + render.legend_html([m.type])
+    if not m.located:
+        return (render.legend_html([m.type]) + ' <span style="color:#b00020">not found in the text: '
+                + escape(m.text if len(m.text) <= 160 else m.text[:160] + "…") + "</span>")
+    return render.legend_html([m.type]) + " " + render.covered_html(doc.text, m.start, m.end)
+
+
+st.markdown(f"**Disagreements** ({len(doc.disagreements)}; {len(doc.agreed)} mention(s) both models agree on are "
+            "kept as they are)")
+if not doc.disagreements:
+    st.success("Both models extracted the same from this document.")
+# Decisions live in session state of their own: a radio that is not drawn (another page of disagreements,
+# another document) loses its widget state, and the decision must not go with it.
+decisions = st.session_state.setdefault("review_decisions", {})
+base = (A.id, B.id, doc.position_a)       # ids may repeat in a run; positions do not
+pages = max(1, -(-len(doc.disagreements) // PAGE_SIZE))
+page = 1
+if pages > 1:
+    page = st.number_input(f"Page of disagreements (of {pages})", 1, pages, 1,
+                           key=f"review-page-{A.id}-{B.id}-{doc.position_a}")
+for n in range((page - 1) * PAGE_SIZE, min(page * PAGE_SIZE, len(doc.disagreements))):
+    dis = doc.disagreements[n]
+    with st.container(border=True):
+        c = st.columns([1.1, 3, 3, 2.2])
+        c[0].markdown(f"**{dis.kind}**")
+        c[1].html(version_html(dis.a))
+        c[2].html(version_html(dis.b))
+        allowed = review.options(dis)
+        current = decisions.get((*base, n))
+        decisions[(*base, n)] = c[3].radio(
+            "Keep", allowed, index=allowed.index(current) if current in allowed else None, horizontal=True,
+            key=f"review-choice-{A.id}-{B.id}-{doc.position_a}-{n}", label_visibility="collapsed",
+            format_func=lambda o: {"A": "A's", "B": "B's", review.NEITHER: "neither"}[o])
+choices = [decisions.get((*base, n)) for n in range(len(doc.disagreements))]
+undecided = sum(c is None for c in choices)
+if undecided:
+    st.caption(f"{undecided} disagreement(s) undecided: they stay out of the draft until you choose.")
+
+sides = {"A": (detail_a, doc.position_a, doc_a), "B": (detail_b, doc.position_b, doc_b)}
+side = st.radio("Save the gold example into a dataset of", list(sides), horizontal=True, key="review_side",
+                format_func=lambda s: f"{s}: {sides[s][0].summary.model}")
+detail, position, document = sides[side]
+draft = review.gold_for(doc, choices, document)
+seed = (detail.id, position, repr(draft))
+if st.session_state.get("review_seed") != seed:
+    # The decisions changed: they become the editor's draft (widgets get new keys through the version).
+    old = st.session_state.get(gold_editor.DRAFT) or {}
+    st.session_state[gold_editor.DRAFT] = {"run": detail.id, "position": position, "tuples": draft,
+                                           "version": old.get("version", 0) + 1, "selected": 0, "open": True}
+    st.session_state["review_seed"] = seed
+gold_editor.editor(store, detail, position)
