@@ -58,13 +58,22 @@ class Packed:
 
 
 @dataclass
+class Selection:
+    """[B, L, L] masks of what decoding reads, made on the device (WindowScorer.selected_links)."""
+
+    spans: torch.Tensor          # candidate text spans of extraction windows
+    head_link: torch.Tensor      # text -> [TYPE]
+    tail_link: torch.Tensor      # [TYPE] -> text
+    other: torch.Tensor          # readable links of classification windows
+
+
+@dataclass
 class InFlight:
     """A launched batch: its windows and the device tensors its links will be read from."""
 
     windows: list[Window]
     starts: list[tuple[int, int]]
-    typed: torch.Tensor
-    other: torch.Tensor
+    selection: "Selection"
     probs: list[torch.Tensor]
     ready: object                       # a CUDA event after the batch's work, or None on the CPU
     index: list[list[int]] = field(default_factory=list)    # each row's window indices in score()'s input
@@ -246,15 +255,17 @@ class WindowScorer:
         self.tokens += sum(len(w.ids) for w in windows)
         with clock.device() if clock else nullcontext():
             logits = self.logits(p)
-            extract = torch.tensor([self.device_pairing and not w.need_probs for w in windows] + [False],
-                                   device=self.device)
-            typed, other = self.selected_links(logits, p, extract[p.segments])
+            # Built on the host and copied without waiting: a plain torch.tensor(..., device=cuda)
+            # would make the host wait for the device's queue.
+            extract = torch.tensor([self.device_pairing and not w.need_probs for w in windows] + [False])
+            extract = extract.to(self.device, non_blocking=True)
+            selection = self.selected_links(logits, p, extract[p.segments])
             probs = [torch.sigmoid(logits[row, start:start + len(w.ids), start:start + len(w.ids)]).float()
                      for w, (row, start) in zip(windows, p.starts) if w.need_probs]
         ready = torch.cuda.Event() if self.device.type == "cuda" else None
         if ready is not None:
             ready.record()
-        return InFlight(windows, p.starts, typed, other, probs, ready)
+        return InFlight(windows, p.starts, selection, probs, ready)
 
     @torch.inference_mode()
     def collect(self, f: "InFlight", out: list) -> None:
@@ -265,8 +276,9 @@ class WindowScorer:
         with torch.cuda.stream(side) if side is not None else nullcontext():
             if side is not None:
                 side.wait_event(f.ready)
-            typed = self.window_local(f.typed, f.starts).tolist()
-            other = self.window_local(f.other, f.starts).tolist()
+            typed, other = self.pick(f.selection)
+            typed = self.window_local(typed, f.starts).tolist()
+            other = self.window_local(other, f.starts).tolist()
             probs = [pr.cpu() for pr in f.probs]
         per_typed: list[list] = [[] for _ in f.windows]
         per_other: list[list] = [[] for _ in f.windows]
@@ -300,13 +312,12 @@ class WindowScorer:
         at = (key[w] % 65536)[:, None]
         return torch.cat([w[:, None], hits[:, 1:] - at], dim=-1)
 
-    def selected_links(self, logits: torch.Tensor, p: Packed, extract: torch.Tensor):
-        """What decoding reads, selected on the device so that only it crosses to the host.
+    def selected_links(self, logits: torch.Tensor, p: Packed, extract: torch.Tensor) -> "Selection":
+        """What decoding reads, as masks on the device (no host sync here; `pick` reads them out).
 
-        Extraction windows (`extract`, per token): typed spans [K,4] (row, head, tail, [TYPE] token),
-        ordered spans row-major then types in hint order, exactly as decoding pairs them: a text span
-        (head <= tail) whose head links to a [TYPE] that links to its tail. Other windows
-        (classification): their readable links [K,3] (row, r, c) for the host decoder.
+        Extraction windows (`extract`, per token) get typed spans: a text span (head <= tail) whose
+        head links to a [TYPE] that links to its tail, exactly as decoding pairs them. Other windows
+        (classification) get their readable links for the host decoder.
         """
         same = p.segments[:, :, None] == p.segments[:, None, :]
         positive = (logits > 0) & same
@@ -315,13 +326,17 @@ class WindowScorer:
         heads, tails = head_link.any(-1) & p.is_text, tail_link.any(-2) & p.is_text
         upper = torch.ones_like(positive[0]).triu()                              # row <= col
         span = positive & upper & heads[:, :, None] & tails[:, None, :]
-        b, r, c = (span & extract[:, :, None]).nonzero().unbind(-1)
-        both = head_link[b, r] & tail_link[b, :, c]                             # [K, L] over [TYPE] tokens
+        return Selection(span & extract[:, :, None], head_link, tail_link,
+                         (span | head_link | tail_link) & ~extract[:, :, None])
+
+    @staticmethod
+    def pick(sel: "Selection") -> tuple[torch.Tensor, torch.Tensor]:
+        """Typed spans [K,4] (row, head, tail, [TYPE] token), ordered spans row-major then types in
+        hint order, and the other windows' links [K,3] (row, r, c). Syncs with the device."""
+        b, r, c = sel.spans.nonzero().unbind(-1)
+        both = sel.head_link[b, r] & sel.tail_link[b, :, c]                     # [K, L] over [TYPE] tokens
         k, t = both.nonzero().unbind(-1)
-        typed = torch.stack([b[k], r[k], c[k], t], dim=-1)
-        keep = ~extract[:, :, None]
-        other = ((span | head_link | tail_link) & keep).nonzero()
-        return typed, other
+        return torch.stack([b[k], r[k], c[k], t], dim=-1), sel.other.nonzero()
 
     @staticmethod
     def readable_links(logits: torch.Tensor, p: Packed) -> torch.Tensor:

@@ -288,7 +288,7 @@ def test_spans_paired_on_the_device_decode_like_every_link_paired_on_the_host(re
         logits = rex_model.network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
         logits = logits - logits[0].flatten().quantile(0.7)                    # dense: many positives
     extract = torch.ones(len(flat) + 1, dtype=torch.bool)
-    typed, _ = s.selected_links(logits, p, extract[p.segments])
+    typed, _ = s.pick(s.selected_links(logits, p, extract[p.segments]))
     hits = s.window_local(typed, p.starts).tolist()
     level, legal, checked = {(): NER}, legal_paths(NER), 0
     for k, w in enumerate(flat):

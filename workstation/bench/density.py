@@ -48,7 +48,7 @@ def typed_spans_per_char_per_type(model, docs, batch_size: int) -> float:
     windows = [w for d in docs for w in document_run(model.prompter, d.text, d.schema).send(None)]
     count = 0
     for i in range(0, len(windows), batch_size):
-        count += len(model.scorer.launch([[w] for w in windows[i:i + batch_size]]).typed)
+        count += len(model.scorer.pick(model.scorer.launch([[w] for w in windows[i:i + batch_size]]).selection)[0])
     return count / (sum(len(d.text) for d in docs) * _types(docs))
 
 
