@@ -227,6 +227,19 @@ CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created
 """)
 
 
+# The character ranges a model read (JSON [[start, end], ...]) and how many characters it left unread
+# (whitespace not counted; NULL: the model does not report coverage). The count is kept beside the ranges
+# so History can list and filter cut documents in SQL; a partial index holds only those.
+@migration
+def m007_coverage(conn: Connection) -> None:
+    columns = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(results)")}
+    if "coverage" not in columns:
+        conn.exec_driver_sql("ALTER TABLE results ADD COLUMN coverage TEXT")
+    if "unread_chars" not in columns:
+        conn.exec_driver_sql("ALTER TABLE results ADD COLUMN unread_chars INTEGER")
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_results_cut ON results (document_id) WHERE unread_chars > 0")
+
+
 class SchemaTooNew(RuntimeError):
     pass
 

@@ -36,6 +36,7 @@ class RunSummary:
     peak_memory_bytes: int | None
     label: str | None
     note: str | None
+    cut_documents: int | None = None     # documents read only partly; None: the model reports no coverage
 
 
 @dataclass
@@ -47,6 +48,18 @@ class RunDetail:
     @property
     def id(self) -> int:
         return self.summary.id
+
+
+@dataclass(frozen=True)
+class CutDocument:
+    """A document a model read only partly."""
+
+    run_id: int
+    position: int
+    doc_id: str
+    model: str
+    characters: int                  # the length of the text
+    unread: int                      # characters not read (whitespace not counted)
 
 
 # A tuple's identity when comparing runs: (type, span, offset) of each element, in order.
