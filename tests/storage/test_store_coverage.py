@@ -83,3 +83,15 @@ def test_jsonl_and_excel_exports_carry_the_coverage(store, tmp_path):
     rows = list(load_workbook(tmp_path / "out.xlsx")["Documents"].values)
     assert rows[0][-2:] == ("coverage", "unread_chars")
     assert [r[-2:] for r in rows[1:]] == [("[[0, 15]]", 0), ("[[10, 15]]", 10), ("[]", 0)]
+
+
+def test_a_batch_job_keeps_each_results_coverage_in_its_run(store):
+    docs, results = coverage_run()
+    job = store.create_job(docs, "seqgpt", "", 2, [], {"long_text": "truncate"}, "docs.jsonl", device="cpu")
+    assert store.take_job(job, "me", lambda owner: False)
+    store.claim_items(job, "me", 10)
+    store.complete_items(job, enumerate(results))
+    run_id = store.finish_job(job, "me", demo=True, device="cpu", dtype="fp32", attention="eager", optimizations={})
+    detail = store.get_run(run_id)
+    assert [r.coverage for _, r in detail.items] == [[(0, 15)], [(10, 15)], []]
+    assert detail.summary.cut_documents == 1 and detail.summary.options == {"long_text": "truncate"}
