@@ -144,4 +144,4 @@ class LoadedSeqGPT(LoadedModel):
                                      self.graphs if self.knobs.cuda_graphs else None)
         # Documents -> windows (window mode) -> the per-prompt pipeline -> merged Results with coverage.
         yield from windows.read(documents, run, self.tokenizer, values["long_text"], markers, label_batch,
-                                on_progress)
+                                on_progress, clock=self.clock)

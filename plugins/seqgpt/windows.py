@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -237,14 +238,16 @@ def merge(p: Plan, results: Sequence[Result]) -> Result:
 def read(documents: Sequence[Document], run: Callable[[list[Document]], Iterator[Result]], tokenizer,
          mode: str = "truncate", markers: str = "zh", label_batch: int = 6,
          on_progress: Callable[[int], None] | None = None, max_prompt_tokens: int = MAX_PROMPT_TOKENS,
-         overlap: int = OVERLAP_TOKENS) -> Iterator[Result]:
+         overlap: int = OVERLAP_TOKENS, clock=None) -> Iterator[Result]:
     """Results in input order, with coverage: the documents' parts go to `run` (the pipeline) as one stream,
-    so windows of different documents batch together, and each document is merged once its parts are back."""
+    so windows of different documents batch together, and each document is merged once its parts are back.
+    Planning (tokenizing for coverage and windows) is timed as the run's "prepare" stage when given a clock."""
     if mode not in MODES:
         raise InputError(f"unknown long-text mode {mode!r}; use 'truncate' (the reference: keep the last "
                          f"{MAX_PROMPT_TOKENS} prompt tokens) or 'window' (read all of the text in windows)")
-    plans = [plan(d, tokenizer, mode, markers, label_batch, max_prompt_tokens, overlap) for d in documents]
-    parts = [p.parts for p in plans]
+    with clock.stage("prepare") if clock is not None else nullcontext():
+        plans = [plan(d, tokenizer, mode, markers, label_batch, max_prompt_tokens, overlap) for d in documents]
+        parts = [p.parts for p in plans]
     stream = run([part for each in parts for part in each])
     for done, (p, each) in enumerate(zip(plans, parts), 1):
         yield merge(p, [next(stream) for _ in each])

@@ -43,10 +43,11 @@ if not found:
 
 st.dataframe(pd.DataFrame([{
     "run": r.id, "when": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), "source": r.source,
-    "model": r.model, "task": r.task or "", "documents": r.documents, "wall time (s)": round(r.wall_seconds, 3),
+    "model": r.model, "task": r.task or "", "documents": r.documents,
+    "cut": f"{r.cut_documents} of {r.documents}" if r.cut_documents is not None else "—",
+    "wall time (s)": round(r.wall_seconds, 3),
     "peak GPU memory": results.fmt_bytes(r.peak_memory_bytes), "device": r.device, "precision": r.dtype,
     "optimizations": ", ".join(r.optimizations) or "none", "demo": r.demo, "label": r.label or "",
-    "cut": f"{r.cut_documents} of {r.documents}" if r.cut_documents is not None else "—",
 } for r in found]), hide_index=True, width="stretch")
 with_cuts = [r.id for r in found if r.cut_documents]
 if with_cuts:
