@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from workstation.domain import Document, Result, Span
+from workstation.domain import Document, Result, Span, unread_chars
 from workstation.hookspecs import hookimpl
 from storage.views import RunDetail
 
@@ -153,6 +153,11 @@ def excel_text(value: Any) -> Any:
     return value[:cut] + TRUNCATED
 
 
+def _coverage_text(result: Result) -> str | None:
+    """The ranges read, as JSON ("[[0, 512], [480, 990]]"); empty when the model does not report them."""
+    return json.dumps([list(r) for r in result.coverage]) if result.coverage is not None else None
+
+
 def write_excel(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     from openpyxl import Workbook
 
@@ -165,8 +170,9 @@ def write_excel(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     sheets = {
         "Runs": ([c if c != "created_at" else "created_at (UTC)" for c in RUN_COLUMNS],
                  ([run_row(r)[c] for c in RUN_COLUMNS] for r in runs)),
-        "Documents": (["run_id", "position", "doc_id", "text"],
-                      ([run.id, position, d.id, d.text] for run, position, d, _ in _documents(runs))),
+        "Documents": (["run_id", "position", "doc_id", "text", "coverage", "unread_chars"],
+                      ([run.id, position, d.id, d.text, _coverage_text(r), unread_chars(d.text, r.coverage)]
+                       for run, position, d, r in _documents(runs))),
         "Spans": (list(SPAN_COLUMNS), ([row[c] for c in SPAN_COLUMNS] for row in rows)),
     }
     for title, (header, values) in sheets.items():
@@ -291,9 +297,10 @@ def write_doccano(runs: Sequence[RunDetail], path: Path) -> ExportReport:
 
 @hookimpl
 def register_exporters(register):
-    register(Exporter("jsonl", ".jsonl", write_jsonl, "JSONL (id, text, output, raw)", "application/x-ndjson"))
+    register(Exporter("jsonl", ".jsonl", write_jsonl, "JSONL (id, text, output, raw, coverage)",
+                      "application/x-ndjson"))
     register(Exporter("csv", ".csv", write_csv, "CSV, one row per span", "text/csv"))
-    register(Exporter("excel", ".xlsx", write_excel, "Excel (Runs, Documents, Spans)",
+    register(Exporter("excel", ".xlsx", write_excel, "Excel (Runs, Documents with coverage, Spans)",
                       "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"))
     register(Exporter("parquet", ".parquet", write_parquet, "Parquet, one row per span",
                       "application/vnd.apache.parquet"))

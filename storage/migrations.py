@@ -229,11 +229,6 @@ CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created
 """)
 
 
-# Confidence thresholds tuned for one model's weights on a gold dataset; the newest row for a
-# (model, weights) pair is the one later runs apply. The review queue keeps no table of its own:
-# a reviewed document is one saved as a gold example (gold_examples.document_id).
-
-
 @migration
 def m006_run_stages(conn: Connection) -> None:
     """Where a run's time went (seconds per stage, device busy share) and its out-of-memory back-offs."""
@@ -242,6 +237,22 @@ def m006_run_stages(conn: Connection) -> None:
         conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN stages TEXT")
 
 
+# The character ranges a model read (JSON [[start, end], ...]) and how many characters it left unread
+# (whitespace not counted; NULL: the model does not report coverage). The count is kept beside the ranges
+# so History can list and filter cut documents in SQL; a partial index holds only those.
+@migration
+def m007_coverage(conn: Connection) -> None:
+    columns = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(results)")}
+    if "coverage" not in columns:
+        conn.exec_driver_sql("ALTER TABLE results ADD COLUMN coverage TEXT")
+    if "unread_chars" not in columns:
+        conn.exec_driver_sql("ALTER TABLE results ADD COLUMN unread_chars INTEGER")
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_results_cut ON results (document_id) WHERE unread_chars > 0")
+
+
+# Confidence thresholds tuned for one model's weights on a gold dataset; the newest row for a
+# (model, weights) pair is the one later runs apply. The review queue keeps no table of its own:
+# a reviewed document is one saved as a gold example (gold_examples.document_id).
 @migration
 def m008_thresholds_and_review(conn: Connection) -> None:
     _run(conn, """

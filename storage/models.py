@@ -97,6 +97,8 @@ class ResultRecord(Base):
     output: Mapped[list[Any]]                             # Result.to_json()["output"]
     raw: Mapped[list[Any] | None]
     warnings: Mapped[list[Any]]
+    coverage: Mapped[list[Any] | None]                    # Result.coverage: [[start, end], ...] read
+    unread_chars: Mapped[int | None]                      # characters not read (domain.unread_chars)
 
     document: Mapped[DocumentRecord] = relationship(back_populates="result")
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from storage.models import (DatasetRecord, DocumentRecord, GoldExampleRecord, JobRecord, ResultRecord, RunRecord,
                             TrainingRunRecord, utcnow)
 from storage.views import Dataset, GoldExample, JobStatus, RunSummary, TrainingRun
-from workstation.domain import Document, Result
+from workstation.domain import Document, Result, unread_chars
 
 if TYPE_CHECKING:
     from workstation.engine import RunReport
@@ -67,7 +67,9 @@ def run_record(report: RunReport, documents: Sequence[Document], source: str, ta
     for position, (doc, result) in enumerate(zip(documents, results)):
         record = DocumentRecord(position=position, doc_id=str(doc.id), text=doc.text, schema=doc.schema,
                                 task=doc.task, labels=doc.labels)
-        record.result = ResultRecord(output=result.to_json()["output"], raw=result.raw, warnings=list(result.warnings))
+        coverage = [list(r) for r in result.coverage] if result.coverage is not None else None
+        record.result = ResultRecord(output=result.to_json()["output"], raw=result.raw, warnings=list(result.warnings),
+                                     coverage=coverage, unread_chars=unread_chars(doc.text, result.coverage))
         run.documents.append(record)
     return run
 
@@ -93,11 +95,11 @@ def _parse_time(value: str | datetime | None) -> datetime:
         return utcnow()
 
 
-def run_summary(r: RunRecord) -> RunSummary:
+def run_summary(r: RunRecord, cut_documents: int | None = None) -> RunSummary:
     return RunSummary(r.id, r.created_at, r.source, r.model, r.task, r.weights, r.weights_checksum, r.demo, r.device,
                       r.dtype, r.attention, dict(r.optimizations or {}), r.batch_size, dict(r.options or {}),
                       r.documents_count, r.wall_seconds, r.docs_per_second, r.tokens, r.peak_memory_bytes,
-                      r.label, r.note, dict(r.stages or {}))
+                      r.label, r.note, dict(r.stages or {}), cut_documents)
 
 
 def stored_document(d: DocumentRecord) -> Document:
@@ -108,7 +110,8 @@ def stored_result(d: DocumentRecord) -> Result:
     r = d.result
     if r is None:                     # only a writer bypassing the store could leave a document without one
         return Result(d.doc_id, warnings=["no result was stored for this document"])
-    return Result.from_json({"id": d.doc_id, "output": r.output, "raw": r.raw, "warnings": r.warnings})
+    return Result.from_json({"id": d.doc_id, "output": r.output, "raw": r.raw, "warnings": r.warnings,
+                             "coverage": r.coverage})
 
 
 def document_to_json(d: Document) -> dict[str, Any]:

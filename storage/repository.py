@@ -16,18 +16,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from sqlalchemy import column, delete, func, or_, select, table
+from sqlalchemy import case, column, delete, func, or_, select, table
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from storage import migrations
 from storage.database import WRITE, create_sqlite_engine
 from storage.datasets import GoldDatasets
 from storage.jobs_queue import JobQueue
-from storage.models import DocumentRecord, RunRecord
+from storage.models import DocumentRecord, ResultRecord, RunRecord
 from storage.records import SOURCES, run_record, run_summary, stored_document, stored_result, weights_checksum
 from storage.thresholds import SavedThresholds, ThresholdSettings
 from storage.training import TrainingLog
-from storage.views import (Dataset, DocumentComparison, GoldExample, JobStatus, NotFound, RunComparison, RunDetail,
+from storage.views import (CutDocument, Dataset, DocumentComparison, GoldExample, JobStatus, NotFound, RunComparison, RunDetail,
                            RunSummary, SpanKey, TrainingRun, span_key)
 from workstation.domain import Document, Result
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "RunComparison",
            "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "SOURCES", "weights_checksum",
-           "Dataset", "GoldExample", "TrainingRun", "SavedThresholds"]
+           "Dataset", "GoldExample", "TrainingRun", "SavedThresholds", "CutDocument"]
 
 
 class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
@@ -81,19 +81,36 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
 
     def search_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,
                     since: datetime | None = None, until: datetime | None = None, limit: int = 100,
-                    offset: int = 0, source: str | None = None) -> list[RunSummary]:
+                    offset: int = 0, source: str | None = None, cut: bool = False) -> list[RunSummary]:
         """Newest first. `text`: every whitespace-separated term must occur in one of the run's documents
-        (text, schema, labels or an extracted span), or in the run's label or note."""
-        query = (select(RunRecord).where(*_run_filters(text, model, task, since, until, source))
+        (text, schema, labels or an extracted span), or in the run's label or note. `cut`: only runs with
+        a document the model read partly."""
+        query = (select(RunRecord).where(*_run_filters(text, model, task, since, until, source, cut))
                  .order_by(RunRecord.created_at.desc(), RunRecord.id.desc()).limit(limit).offset(offset))
         with self._read() as s:
-            return [run_summary(r) for r in s.scalars(query)]
+            runs = list(s.scalars(query))
+            cuts = _cut_counts(s, [r.id for r in runs])
+            return [run_summary(r, cuts.get(r.id)) for r in runs]
 
     def count_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,
-                   since: datetime | None = None, until: datetime | None = None, source: str | None = None) -> int:
-        query = select(func.count(RunRecord.id)).where(*_run_filters(text, model, task, since, until, source))
+                   since: datetime | None = None, until: datetime | None = None, source: str | None = None,
+                   cut: bool = False) -> int:
+        query = select(func.count(RunRecord.id)).where(*_run_filters(text, model, task, since, until, source, cut))
         with self._read() as s:
             return s.scalar(query) or 0
+
+    def cut_documents(self, run_ids: list[int] | None = None, limit: int = 1_000) -> list[CutDocument]:
+        """Documents a model read only partly (newest runs first), of the given runs or of all."""
+        query = (select(DocumentRecord.run_id, DocumentRecord.position, DocumentRecord.doc_id, RunRecord.model,
+                        func.length(DocumentRecord.text), ResultRecord.unread_chars)
+                 .join(ResultRecord, ResultRecord.document_id == DocumentRecord.id)
+                 .join(RunRecord, RunRecord.id == DocumentRecord.run_id)
+                 .where(ResultRecord.unread_chars > 0)
+                 .order_by(RunRecord.created_at.desc(), RunRecord.id.desc(), DocumentRecord.position).limit(limit))
+        if run_ids is not None:
+            query = query.where(DocumentRecord.run_id.in_(run_ids))
+        with self._read() as s:
+            return [CutDocument(*row) for row in s.execute(query)]
 
     def run_filters(self) -> dict[str, list[str]]:
         """Distinct models, tasks and sources, for the history page's filter boxes."""
@@ -109,7 +126,7 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
             run = s.scalar(query)
             if run is None:
                 raise NotFound(f"run {run_id} is not in the history (deleted?)")
-            return RunDetail(run_summary(run), run.settings,
+            return RunDetail(run_summary(run, _cut_counts(s, [run.id]).get(run.id)), run.settings,
                              [(stored_document(d), stored_result(d)) for d in run.documents])
 
     def update_run(self, run_id: int, label: str | None = None, note: str | None = None) -> None:
@@ -173,8 +190,23 @@ def _runs_with_documents_matching(term: str):
     return select(DocumentRecord.run_id).where(DocumentRecord.id.in_(select(_search.c.rowid).where(condition)))
 
 
-def _run_filters(text, model, task, since, until, source) -> list:
+def _cut_counts(session: Session, run_ids: list[int]) -> dict[int, int]:
+    """run id -> documents read partly, for runs whose model reports coverage (others are left out)."""
+    if not run_ids:
+        return {}
+    query = (select(DocumentRecord.run_id, func.count(ResultRecord.unread_chars),
+                    func.sum(case((ResultRecord.unread_chars > 0, 1), else_=0)))
+             .join(ResultRecord, ResultRecord.document_id == DocumentRecord.id)
+             .where(DocumentRecord.run_id.in_(run_ids)).group_by(DocumentRecord.run_id))
+    return {run_id: int(cut or 0) for run_id, reported, cut in session.execute(query) if reported}
+
+
+def _run_filters(text, model, task, since, until, source, cut=False) -> list:
     conditions: list = []
+    if cut:
+        conditions.append(RunRecord.id.in_(
+            select(DocumentRecord.run_id).join(ResultRecord, ResultRecord.document_id == DocumentRecord.id)
+            .where(ResultRecord.unread_chars > 0)))
     if model:
         conditions.append(RunRecord.model == model)
     if task:

@@ -37,6 +37,7 @@ class RunSummary:
     label: str | None
     note: str | None
     stages: dict[str, Any] = field(default_factory=dict)   # {"seconds", "device_busy", "backoffs"}
+    cut_documents: int | None = None     # documents read only partly; None: the model reports no coverage
 
 
 @dataclass
@@ -48,6 +49,18 @@ class RunDetail:
     @property
     def id(self) -> int:
         return self.summary.id
+
+
+@dataclass(frozen=True)
+class CutDocument:
+    """A document a model read only partly."""
+
+    run_id: int
+    position: int
+    doc_id: str
+    model: str
+    characters: int                  # the length of the text
+    unread: int                      # characters not read (whitespace not counted)
 
 
 # A tuple's identity when comparing runs: (type, span, offset) of each element, in order.

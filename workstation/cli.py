@@ -12,7 +12,7 @@ from pathlib import Path
 
 from workstation import engine, plugins
 from workstation.stages import describe as describe_stages
-from workstation.domain import InputError, WeightsError
+from workstation.domain import InputError, WeightsError, unread_chars
 from workstation.settings import ROOT, load_settings
 
 
@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--max-new-tokens", type=int, default=None)
     x.add_argument("--num-beams", type=int, default=None)
     x.add_argument("--repetition-penalty", type=float, default=None)
+    x.add_argument("--long-text", default=None, choices=["truncate", "window"],
+                   help="seqgpt: truncate keeps the last 1,024 prompt tokens (the reference, default); "
+                        "window reads all of a long text in overlapping windows")
     x.add_argument("--skip-invalid", action="store_true", help="skip bad input lines and report them")
     x.add_argument("--no-record", action="store_true", help="do not record the run in the history database")
     x.add_argument("--thresholds", default=None, metavar="saved|FILE",
@@ -131,6 +134,8 @@ def extract(args) -> int:
     from workstation.inputs import parse_schema_arg, read_valid_documents
     s = load_settings()
     fam = engine.family(args.model)
+    if args.long_text and "long_text" not in fam.options:
+        raise InputError(f"--long-text is a SeqGPT switch; {args.model} has no such option (drop the flag)")
     ms = s.model(args.model)
     default = parse_schema_arg(args.schema)
     valid, skipped = read_valid_documents(args.input, fam, default, args.skip_invalid)
@@ -149,7 +154,8 @@ def extract(args) -> int:
         model.set_dtype(dtype)
     thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
-                                 ("repetition_penalty", args.repetition_penalty)) if v is not None}
+                                 ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
+               if v is not None}
     batch_size = args.batch_size or ms.batch_size
     if batch_size < 1:
         raise InputError("--batch-size must be at least 1")
@@ -157,10 +163,13 @@ def extract(args) -> int:
     # Write to a temporary file beside the output and rename: no partial output on failure.
     args.output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{args.output.name}.", dir=args.output.parent)
+    reading = ReadingCount(valid)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            report = engine.run(model, valid, batch_size, active,
-                                on_result=lambda r: out.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n"),
+            def write(result) -> None:
+                out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+                reading.add(result)
+            report = engine.run(model, valid, batch_size, active, on_result=write,
                                 keep_results=not args.no_record, thresholds=thresholds, **options)
         os.replace(tmp, args.output)
     except BaseException:
@@ -171,6 +180,10 @@ def extract(args) -> int:
     print(f"{report.documents} documents in {report.wall_seconds:.2f}s{rate} on {report.device} ({report.dtype}); "
           f"output: {args.output}" + (f"; {len(skipped)} skipped" if skipped else ""), file=sys.stderr)
     print(describe_stages(report.stages, report.wall_seconds, report.device_busy, report.backoffs), file=sys.stderr)
+    if reading.reported:
+        hint = " (--long-text window reads all of them)" if reading.cut and "long_text" in fam.options \
+            and options.get("long_text", "truncate") == "truncate" else ""
+        print(f"{reading.cut} of {reading.documents} documents were cut (read partly){hint}", file=sys.stderr)
     if model.is_demo:
         print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
     if not args.no_record:
@@ -204,6 +217,20 @@ def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dic
     except (ValueError, UnicodeDecodeError) as e:
         raise InputError(f"--thresholds: {path} is not JSON ({e})") from None
     return check_thresholds(data)
+
+
+class ReadingCount:
+    """How many documents a model read only partly (results arrive in document order)."""
+
+    def __init__(self, documents):
+        self.texts = [d.text for d in documents]
+        self.documents = self.cut = self.reported = 0
+
+    def add(self, result) -> None:
+        missed = unread_chars(self.texts[self.documents], result.coverage)
+        self.documents += 1
+        self.reported += missed is not None
+        self.cut += bool(missed)
 
 
 def finetune(argv: list[str]) -> int:

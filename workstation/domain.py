@@ -84,3 +84,25 @@ class Result:
         return cls(str(d["id"]), [[Span.from_json(s) for s in t] for t in d.get("output", [])],
                    d.get("raw"), list(d.get("warnings", [])),
                    [tuple(r) for r in coverage] if coverage is not None else None)
+
+
+def unread(text: str, coverage: list[tuple[int, int]] | None) -> list[tuple[int, int]]:
+    """The ranges [start, end) of `text` outside `coverage` that hold more than whitespace: what the model
+    did not read. Whitespace is left out because prompts strip it, so a gap of spaces is not a cut.
+    [] when everything was read, or when the model did not report its coverage (None)."""
+    if coverage is None:
+        return []
+    gaps, at = [], 0
+    for start, end in sorted(coverage) + [(len(text), len(text))]:
+        if start > at and text[at:start].strip():
+            gaps.append((at, min(start, len(text))))
+        at = max(at, end)
+    return gaps
+
+
+def unread_chars(text: str, coverage: list[tuple[int, int]] | None) -> int | None:
+    """How many characters of `text` the model did not read (whitespace outside the coverage not counted);
+    None when it did not report its coverage. A document with a positive count was cut (read partly)."""
+    if coverage is None:
+        return None
+    return sum(len(text[a:b]) - sum(ch.isspace() for ch in text[a:b]) for a, b in unread(text, coverage))

@@ -119,6 +119,7 @@ class ModelFamily(ABC):
     title: str
     tasks: dict[str, TaskPreset]
     options: dict[str, Any] = {}          # extract() options and their defaults (the UI draws widgets)
+    option_choices: dict[str, tuple] = {}  # options that take one of a few values: the UI offers a choice
 
     @abstractmethod
     def validate(self, document: Document) -> None:

@@ -6,7 +6,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from plugins.seqgpt import demo, flash, loading, prompting
+from plugins.seqgpt import demo, flash, loading, prompting, windows
 from plugins.seqgpt.generation import GenerationSettings
 from plugins.seqgpt.graphs import DecodeGraphs
 from plugins.seqgpt.modeling import ATTENTION_BACKENDS
@@ -25,7 +25,9 @@ OPTIONS = {
     "repetition_penalty": 1.0,
     "markers": "zh",                                  # "en" is an opt-in, not what the model was trained on
     "label_batch": prompting.DEFAULT_LABEL_BATCH,     # extraction labels per prompt
+    "long_text": "truncate",                          # "window" reads all of a long text (windows.py)
 }
+OPTION_CHOICES = {"markers": tuple(prompting.MARKERS), "long_text": windows.MODES}
 
 PRESETS = [
     TaskPreset("cls", "Classification", "I want my checking balance.", ["CheckBalance", "TransferMoney"],
@@ -43,6 +45,7 @@ class SeqGPT(ModelFamily):
     title = "SeqGPT-560M (BLOOM generative extractor, zero-shot, label-driven)"
     tasks = {t.name: t for t in PRESETS}
     options = OPTIONS
+    option_choices = OPTION_CHOICES
 
     def validate(self, document: Document) -> None:
         prompting.validate(document)
@@ -130,8 +133,15 @@ class LoadedSeqGPT(LoadedModel):
         if attention not in ATTENTION_BACKENDS:
             raise InputError(f"attention backend {attention!r} is not available for seqgpt; "
                              f"have {', '.join(ATTENTION_BACKENDS)}")
+        if values["long_text"] not in windows.MODES:
+            raise InputError(f"long_text must be one of {', '.join(windows.MODES)}, not {values['long_text']!r}")
         for document in documents:                    # all input errors before any model work
             self.family.validate(document)
-        yield from self.pipeline.run(documents, batch_size, settings, attention, values["markers"],
-                                     int(values["label_batch"]), on_progress,
+        markers, label_batch = values["markers"], int(values["label_batch"])
+
+        def run(parts: list[Document]) -> Iterator[Result]:
+            return self.pipeline.run(parts, batch_size, settings, attention, markers, label_batch, None,
                                      self.graphs if self.knobs.cuda_graphs else None)
+        # Documents -> windows (window mode) -> the per-prompt pipeline -> merged Results with coverage.
+        yield from windows.read(documents, run, self.tokenizer, values["long_text"], markers, label_batch,
+                                on_progress, clock=self.clock)

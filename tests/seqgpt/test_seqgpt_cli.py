@@ -46,3 +46,31 @@ def test_cli_bad_line_fails_naming_it_and_writes_nothing(tmp_path, demo_tiny):
     assert done.returncode != 0
     assert "line 2" in done.stderr and "labels" in done.stderr
     assert not output.exists()
+
+
+def test_cli_counts_cut_documents_and_window_mode_reads_them_whole(tmp_path, demo_tiny):
+    long = {"id": "long", "text": "。".join(["北大西洋议会春季会议26日在西班牙巴塞罗那闭幕，"
+                                            "The Moon's orbit around Earth has changed"] * 60) + "。",
+            "task": "ext", "labels": ["人物", "地理位置"]}
+    lines = [LINES[1], long]
+    done, output = launch(tmp_path, demo_tiny, lines, "--num-beams", "1", "--max-new-tokens", "4")
+    assert done.returncode == 0, done.stderr
+    assert "1 of 2 documents were cut (read partly) (--long-text window reads all of them)" in done.stderr
+    truncated = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert truncated[1]["coverage"][0][0] > 0
+    done, output = launch(tmp_path, demo_tiny, lines, "--num-beams", "1", "--max-new-tokens", "4",
+                          "--long-text", "window")
+    assert done.returncode == 0, done.stderr
+    assert "0 of 2 documents were cut (read partly)" in done.stderr
+    windowed = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert windowed[0] == truncated[0]                              # a short text: the reference's output
+    assert windowed[1]["coverage"] == [[0, len(long["text"])]]
+
+
+def test_cli_long_text_is_refused_for_a_model_without_it(tmp_path, demo_tiny):
+    from workstation.cli import main
+    source = tmp_path / "docs.jsonl"
+    source.write_text(json.dumps({"id": "1", "text": "x", "schema": {"人物": None}}) + "\n", encoding="utf-8")
+    code = main(["extract", "--model", "rexuninlu", "--weights", str(demo_tiny), "--input", str(source),
+                 "--output", str(tmp_path / "o.jsonl"), "--long-text", "window", "--no-record"])
+    assert code == 2 and not (tmp_path / "o.jsonl").exists()

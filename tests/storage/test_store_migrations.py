@@ -11,7 +11,6 @@ from sqlalchemy import inspect
 from storage import migrations, open_store
 from storage.database import create_sqlite_engine
 from storage.models import Base
-from storage.repository import Store
 
 ALL = [m.__name__ for m in migrations.MIGRATIONS]
 
@@ -30,10 +29,8 @@ def test_previous_schema_upgrades_to_head_and_indexes_existing_runs(tmp_path):
     engine = create_sqlite_engine(path)
     assert migrations.migrate(engine, upto="m001_initial") == ["m001_initial"]
     engine.dispose()
-    v1 = Store(path, migrate=False)                        # the v1 schema, written by v1-era code paths
     docs, results = ner_run()
-    run_id = v1.record_run(make_report(results), docs, "ui")
-    v1.close()
+    run_id = record_in_older_schema(path, make_report(results), docs, "ui")     # what v1-era code wrote
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'document_search'").fetchone() is None
 
@@ -45,6 +42,28 @@ def test_previous_schema_upgrades_to_head_and_indexes_existing_runs(tmp_path):
     new_id = store.record_run(make_report(results), docs, "ui")            # and the triggers index new runs
     assert {r.id for r in store.search_runs("阿里巴巴")} == {run_id, new_id}
     store.close()
+
+
+def record_in_older_schema(path, report, docs, source) -> int:
+    """A run written into an older schema: the head's rows, less the columns added since."""
+    from sqlalchemy import inspect as inspect_object
+
+    from storage.records import run_record
+    engine = create_sqlite_engine(path)
+    present = {t: {c["name"] for c in inspect(engine).get_columns(t)} for t in ("runs", "documents", "results")}
+
+    def row(obj, **extra) -> dict:
+        mapper = inspect_object(obj).mapper
+        values = {p.columns[0].name: getattr(obj, p.key) for p in mapper.column_attrs} | extra
+        return {k: v for k, v in values.items() if k in present[mapper.local_table.name] and k != "id"}
+    run = run_record(report, docs, source, None, None)
+    with engine.begin() as conn:
+        run_id = conn.execute(run.__table__.insert().values(row(run))).inserted_primary_key[0]
+        for d in run.documents:
+            doc_id = conn.execute(d.__table__.insert().values(row(d, run_id=run_id))).inserted_primary_key[0]
+            conn.execute(d.result.__table__.insert().values(row(d.result, document_id=doc_id)))
+    engine.dispose()
+    return run_id
 
 
 def test_migrations_are_idempotent(tmp_path):

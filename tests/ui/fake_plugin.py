@@ -3,7 +3,8 @@
 `fakeie` finds every occurrence of each schema type name in the text (so hostile type names end up
 in spans), classifies with a fixed confidence when the text starts with [CLASSIFY], and for a label
 list (a generative task) writes a raw generation with one grounded and one ungrounded span. A text
-starting with [SLOW] takes 50 ms.
+starting with [SLOW] takes 50 ms. With the option read_last=N it reads only the last N characters (as
+SeqGPT keeps the end of a long prompt) and reports that coverage, unless long_text is "window".
 """
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ class FakeFamily(ModelFamily):
     name = "fakeie"
     title = "Fake IE (tests)"
     tasks = {p.name: p for p in PRESETS}
-    options = {"max_hits": 100}
+    options = {"max_hits": 100, "read_last": 0, "long_text": "truncate"}
+    option_choices = {"long_text": ("truncate", "window")}
 
     def __init__(self) -> None:
         self.loads: list[tuple[str, str, str]] = []
@@ -95,6 +97,10 @@ class FakeModel(LoadedModel):
                 self.tokens += len(doc.text)
                 result = self._one(doc)
                 result.tuples = result.tuples[:int(options.get("max_hits", 100))]
+                read_last = int(options.get("read_last", 0))
+                if read_last:
+                    whole = options.get("long_text") == "window"
+                    result.coverage = [(0 if whole else max(0, len(doc.text) - read_last), len(doc.text))]
                 yield result
         finally:
             self.in_use.release()

@@ -108,3 +108,19 @@ def test_user_text_in_markdown_cannot_become_a_link_image_or_formatting():
     assert md_text("![x](http://evil/a.png)") == r"\!\[x\]\(http://evil/a\.png\)"
     assert md_text("**bold** `code` $x$") == r"\*\*bold\*\* \`code\` \$x\$"
     assert md_text("人物-数据集_1") == r"人物\-数据集\_1"
+
+
+def test_the_unread_part_is_greyed_out_and_still_escaped():
+    text = f"{HOSTILE} was cut. Alice read."
+    start = text.index("Alice")
+    html = render.spans_html(text, [Span("person", "Alice", (start, start + 5))], unread=[(0, start - 1)])
+    grey = html[:html.index("<mark")]
+    assert 'class="iew-unread"' in grey and "&lt;script&gt;" in grey and "<script" not in html
+    assert html.count('class="iew-unread"') == 1                     # the read part is drawn as before
+    assert 'class="iew-unread"' not in html[html.index("<mark"):]
+
+
+def test_the_coverage_note_says_how_much_was_read():
+    assert render.coverage_note("abc def", None) is None
+    assert "all of the text" in render.coverage_note("abc def", [(0, 7)])
+    assert "read 3 of 6 characters" in render.coverage_note("abc def", [(4, 7)])

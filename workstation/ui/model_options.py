@@ -13,11 +13,14 @@ def option_widgets(family: ModelFamily, prefix: str) -> dict[str, Any]:
     defaults: dict[str, Any] = dict(getattr(family, "options", None) or {})
     if not defaults:
         return {}
+    choices: dict[str, tuple] = dict(getattr(family, "option_choices", None) or {})
     changed: dict[str, Any] = {}
     with st.expander(f"{family.name} options"):
         for name, default in defaults.items():
             key = f"{prefix}:{family.name}:{name}"
-            if isinstance(default, bool):
+            if name in choices and default in choices[name]:
+                value = st.selectbox(name, list(choices[name]), index=list(choices[name]).index(default), key=key)
+            elif isinstance(default, bool):
                 value = st.checkbox(name, value=default, key=key)
             elif isinstance(default, int):
                 value = st.number_input(name, value=default, step=1, key=key)

@@ -12,7 +12,7 @@ import re
 from html import escape
 from typing import Iterable
 
-from workstation.domain import Result, Span
+from workstation.domain import Result, Span, unread_chars
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
@@ -53,19 +53,25 @@ def ungrounded(result: Result) -> list[Span]:
     return [s for tup in result.tuples for s in tup if s.grounded is False]
 
 
-def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS) -> str:
-    """The text with spans highlighted, the type after each span. Overlaps nest; offsets are clamped.
+UNREAD_STYLE = "color:#8a8f98;background:#eceef1;text-decoration:line-through;text-decoration-color:#c3c7cd"
 
-    The text is cut into segments at every span boundary; a segment takes the colour of the innermost
-    span covering it, and a span's type label follows its last segment.
+
+def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS,
+               unread: Iterable[tuple[int, int]] = ()) -> str:
+    """The text with spans highlighted, the type after each span. Overlaps nest; offsets are clamped.
+    `unread`: character ranges the model did not read (domain.unread), drawn greyed out.
+
+    The text is cut into segments at every span and unread boundary; a segment takes the colour of the
+    innermost span covering it, and a span's type label follows its last segment.
     """
     shown, n = text[:limit], min(len(text), limit)
     spans = sorted((s for s in spans if s.offset is not None and 0 <= s.offset[0] < s.offset[1]
                     and s.offset[0] < n), key=lambda s: s.offset[0])
+    unread = [(max(0, a), min(b, n)) for a, b in unread if a < min(b, n)]
     ends: dict[int, list[Span]] = {}
     for s in spans:                     # a span running past the drawn text is labelled at its edge
         ends.setdefault(min(s.offset[1], n), []).append(s)
-    cuts = sorted({0, n} | {min(p, n) for s in spans for p in s.offset})
+    cuts = sorted({0, n} | {min(p, n) for s in spans for p in s.offset} | {p for r in unread for p in r})
     parts = ['<div class="iew-text" style="white-space:pre-wrap;line-height:2.1;font-size:1.02rem">']
     active: list[Span] = []
     pending = 0
@@ -80,6 +86,8 @@ def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS) -
             title = escape(" / ".join(f"{s.type}: {s.span}" for s in active[:8]), quote=True)
             segment = (f'<mark title="{title}" style="background:{type_color(inner.type)};'
                        f'padding:0.1em 0.15em;border-radius:0.25em">{segment}</mark>')
+        if any(u <= a and b <= v for u, v in unread):
+            segment = f'<span class="iew-unread" title="not read by the model" style="{UNREAD_STYLE}">{segment}</span>'
         parts.append(segment)
         parts.extend(_label_chip(s.type) for s in ends.get(b, ()))
     parts.append("</div>")
@@ -87,6 +95,18 @@ def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS) -
         parts.append(f'<p style="opacity:0.7"><em>Showing the first {limit:,} of {len(text):,} characters; '
                      f"the table lists every span.</em></p>")
     return "".join(parts)
+
+
+def coverage_note(text: str, coverage: list[tuple[int, int]] | None) -> str | None:
+    """One line on how much of the text the model read; None when it does not report it. Plain text."""
+    if coverage is None:
+        return None
+    missed = unread_chars(text, coverage) or 0
+    if not missed:
+        return f"The model read all of the text ({len(text):,} characters)."
+    visible = len(text) - sum(ch.isspace() for ch in text)
+    return (f"The model read {visible - missed:,} of {visible:,} characters (whitespace not counted); "
+            f"the greyed, struck-through part was not read.")
 
 
 def _label_chip(type_name: str) -> str:

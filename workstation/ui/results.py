@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from workstation.domain import Document, Result
+from workstation.domain import Document, Result, unread
 from workstation.models import DEMO_NOTICE
 from workstation.stages import describe as describe_stages
 from workstation.ui import render
@@ -64,7 +64,10 @@ def document_result(doc: Document, result: Result, key: str) -> None:
     with left:
         if spans:
             st.html(render.legend_html(s.type for s in spans))
-        st.html(render.spans_html(doc.text, spans))
+        st.html(render.spans_html(doc.text, spans, unread=unread(doc.text, result.coverage)))
+        note = render.coverage_note(doc.text, result.coverage)
+        if note:
+            (st.warning if unread(doc.text, result.coverage) else st.caption)(note)
         labels = render.labels(result)
         if labels:
             st.markdown("**Labels**")
@@ -103,8 +106,10 @@ def run_view(detail, key: str) -> int | None:
     index = 0
     if len(pairs) > 1:
         shown = pairs[:MAX_DOCS_LISTED]
+        cut = [bool(unread(d.text, r.coverage)) for d, r in shown]
         index = st.selectbox(f"Document ({len(pairs):,} in this run)", range(len(shown)), key=f"doc-{key}",
-                             format_func=lambda i: f"{shown[i][0].id}: {shown[i][0].text[:60]}")
+                             format_func=lambda i: f"{shown[i][0].id}: {shown[i][0].text[:60]}"
+                                                   + (" · cut (read partly)" if cut[i] else ""))
     doc, result = pairs[index]
     document_result(doc, result, key)
     return index

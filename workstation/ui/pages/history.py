@@ -26,8 +26,11 @@ task = c[2].selectbox("Task", [ANY] + choices["task"], key="history_task")
 dates = c[3].date_input("Date range", value=(), key="history_dates")
 since = datetime.combine(dates[0], time.min) if len(dates) >= 1 else None
 until = datetime.combine(dates[1], time.min) + timedelta(days=1) if len(dates) == 2 else None
+cut = st.checkbox("Only runs with documents the model read partly (cut)", key="history_cut",
+                  help="SeqGPT keeps the last 1,024 prompt tokens of a long text unless run with long-text "
+                       "window; such documents are listed here, and their unread part is greyed out.")
 filters = dict(text=text or None, model=None if model == ANY else model, task=None if task == ANY else task,
-               since=since, until=until)
+               since=since, until=until, cut=cut)
 total = store.count_runs(**filters)
 pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
 page = st.number_input(f"Page (of {pages})", 1, pages, 1, key="history_page") if pages > 1 else 1
@@ -40,10 +43,21 @@ if not found:
 
 st.dataframe(pd.DataFrame([{
     "run": r.id, "when": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), "source": r.source,
-    "model": r.model, "task": r.task or "", "documents": r.documents, "wall time (s)": round(r.wall_seconds, 3),
+    "model": r.model, "task": r.task or "", "documents": r.documents,
+    "cut": f"{r.cut_documents} of {r.documents}" if r.cut_documents is not None else "—",
+    "wall time (s)": round(r.wall_seconds, 3),
     "peak GPU memory": results.fmt_bytes(r.peak_memory_bytes), "device": r.device, "precision": r.dtype,
     "optimizations": ", ".join(r.optimizations) or "none", "demo": r.demo, "label": r.label or "",
 } for r in found]), hide_index=True, width="stretch")
+with_cuts = [r.id for r in found if r.cut_documents]
+if with_cuts:
+    cut_docs = store.cut_documents(with_cuts)
+    with st.expander(f"Documents read only partly ({len(cut_docs):,}{'+' if len(cut_docs) >= 1000 else ''} "
+                     f"in {len(with_cuts)} listed run(s))"):
+        st.dataframe(pd.DataFrame([{"run": c.run_id, "document": c.doc_id, "position": c.position, "model": c.model,
+                                    "characters": c.characters, "not read": c.unread} for c in cut_docs]),
+                     hide_index=True, key="history_cut_documents")
+        st.caption("Open a run to see the unread part greyed out; SeqGPT's long-text window mode reads all of it.")
 
 by_id = {r.id: r for r in found}
 # keep only selections still on this page (a new search or a delete changes what is listed)
