@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from tests.ui.conftest import APP
 from workstation.ui import state
 
-PAGE = "pages/batch.py"
+PAGE = "screens/batch.py"
 
 
 def start(at):

@@ -14,7 +14,7 @@ from tests.ui.conftest import APP
 from workstation.domain import Document
 from workstation.ui import state
 
-PAGE = "pages/finetune.py"
+PAGE = "screens/finetune.py"
 FAKE = Path(__file__).resolve().parents[1] / "workstation" / "fake_trainer.py"
 
 
@@ -91,7 +91,7 @@ def test_a_run_is_followed_to_the_end_and_its_weights_are_used_by_extract(app, t
     weights = next(s for s in fresh.run().sidebar.selectbox if s.label == "Weights")
     assert weights.value == run.output_dir and weights.options[-1].startswith(f"fine-tune #{run_id} on people")
     assert not fresh.warning                                           # no demo banner: these are not demo weights
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     next(b for b in at.button if b.label == "Run").click().run()
     recorded = state.store().get_run(at.session_state["extract_run_id"])
     assert recorded.summary.weights == run.output_dir

@@ -8,7 +8,7 @@ import pytest
 
 from workstation.ui import state
 
-PAGE = "pages/history.py"
+PAGE = "screens/history.py"
 
 
 def button(at, label):
@@ -16,7 +16,7 @@ def button(at, label):
 
 
 def extract(at, text: str, schema: dict | None = None) -> int:
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     if schema is not None:
         at.text_area(key="schema:fakeie").input(json.dumps(schema))
     at.text_area(key="text:fakeie").input(text).run()

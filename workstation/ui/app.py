@@ -17,7 +17,7 @@ import streamlit as st  # noqa: E402
 from workstation.models import DEMO_NOTICE  # noqa: E402
 from workstation.ui import state  # noqa: E402
 
-PAGES = Path(__file__).parent / "pages"
+SCREENS = Path(__file__).parent / "screens"
 
 st.set_page_config(page_title="IE Workstation", page_icon=":material/manage_search:", layout="wide")
 
@@ -60,18 +60,18 @@ def weights_choice(name: str) -> None:
 
 nav = st.navigation({
     "Work": [
-        st.Page(PAGES / "extract.py", title="Extract", icon=":material/manage_search:", default=True),
-        st.Page(PAGES / "batch.py", title="Batch", icon=":material/inventory_2:"),
-        st.Page(PAGES / "history.py", title="History", icon=":material/history:"),
+        st.Page(SCREENS / "extract.py", title="Extract", icon=":material/manage_search:", default=True),
+        st.Page(SCREENS / "batch.py", title="Batch", icon=":material/inventory_2:"),
+        st.Page(SCREENS / "history.py", title="History", icon=":material/history:"),
     ],
     "Training": [
-        st.Page(PAGES / "datasets.py", title="Datasets", icon=":material/dataset:"),
-        st.Page(PAGES / "finetune.py", title="Fine-tune", icon=":material/model_training:"),
+        st.Page(SCREENS / "datasets.py", title="Datasets", icon=":material/dataset:"),
+        st.Page(SCREENS / "finetune.py", title="Fine-tune", icon=":material/model_training:"),
     ],
     "System": [
-        st.Page(PAGES / "optimizations.py", title="Optimizations", icon=":material/tune:"),
-        st.Page(PAGES / "monitor.py", title="GPU monitor", icon=":material/monitoring:"),
-        st.Page(PAGES / "plugins.py", title="Plugins", icon=":material/extension:"),
+        st.Page(SCREENS / "optimizations.py", title="Optimizations", icon=":material/tune:"),
+        st.Page(SCREENS / "monitor.py", title="GPU monitor", icon=":material/monitoring:"),
+        st.Page(SCREENS / "plugins.py", title="Plugins", icon=":material/extension:"),
     ],
 })
 sidebar()
