@@ -1,6 +1,7 @@
-"""The Streamlit entry point: `streamlit run workstation/ui/app.py` (what `python3 launcher.py` starts).
+"""The Streamlit main script, run for every browser session whichever page URL it opens first
+(`python3 launcher.py` serves it through workstation/ui/server.py, which starts the job runner first).
 
-Pages are discovered here; models, tasks and optimizations are discovered through the plugin manager
+Pages are listed here (scripts in screens/); models, tasks and optimizations are discovered through the plugin manager
 (workstation.plugins), never by name.
 """
 from __future__ import annotations
