@@ -124,9 +124,11 @@ class JobRunner:
     # ---- the UI's side --------------------------------------------------------------------------------
 
     def submit(self, job_id: int) -> None:
-        """Queue a job to run in the background (no-op if it is already waiting or running here)."""
+        """Queue a job to run in the background (no-op if it is already waiting). A job that is the current
+        one is queued again: it was cancelled and resumed while its session was still ending, and that
+        session stops at its next claim (the job is no longer 'running'), so it needs a new one."""
         with self._changed:
-            if job_id in self._waiting or job_id == self._current:
+            if job_id in self._waiting:
                 return
             self._waiting.add(job_id)
             self._queue.put(job_id)

@@ -113,6 +113,22 @@ def test_cancel_stops_between_slices_and_requeue_finishes_the_rest(store, fake, 
     assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs]
 
 
+def test_resume_right_after_cancel_while_the_slice_is_still_in_hand_gets_a_worker(store, fake, weights):
+    docs = documents(16)
+    job_id = create(store, weights, docs=docs)
+    fake.GATES["doc-5"] = gate = threading.Event()                     # slice 2 (docs 4..7) blocks at doc-5
+    runner = JobRunner(store, slice_size=4)
+    runner.submit(job_id)
+    wait_for(lambda: "doc-5" in [doc for _, doc in fake.PROCESSED], what="slice 2 to start")
+    assert runner.cancel(job_id)
+    assert store.requeue_job(job_id)                  # Resume, before the cancelled session has ended
+    runner.submit(job_id)
+    gate.set()
+    assert runner.wait(job_id, timeout=60)
+    assert_each_document_once_in_order(store, job_id, docs)
+    assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs]
+
+
 def test_cancelled_queued_job_never_runs(store, fake, weights):
     job_id = create(store, weights)
     assert store.cancel_job(job_id)
