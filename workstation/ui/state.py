@@ -26,6 +26,12 @@ def settings() -> Settings:
     return load_settings()               # cheap; re-read so settings.toml edits show up on the next rerun
 
 
+def bound_host() -> str | None:
+    """The address the server listens on: Streamlit's --server.address when given (launcher.py always
+    gives settings.toml's), else settings.toml's [ui] host."""
+    return st.get_option("server.address") or settings().ui_host
+
+
 @st.cache_resource(show_spinner=False)
 def _store(db_path: str):
     from storage.repository import open_store
