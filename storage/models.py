@@ -64,6 +64,8 @@ class RunRecord(Base):
     peak_memory_bytes: Mapped[int | None]
     label: Mapped[str | None] = mapped_column(Text)
     note: Mapped[str | None] = mapped_column(Text)
+    # NULL while the run's documents are still being written (in short transactions): hidden from History.
+    finished_at: Mapped[datetime | None] = mapped_column(index=True)
 
     documents: Mapped[list[DocumentRecord]] = relationship(
         back_populates="run", order_by="DocumentRecord.position", cascade="all, delete-orphan",

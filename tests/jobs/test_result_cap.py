@@ -35,3 +35,27 @@ def test_a_batch_job_stores_results_capped_by_settings_toml(store, fake, weights
 
 def test_the_default_cap_is_ten_thousand_tuples():
     assert settings.Settings().max_tuples_per_document == 10_000
+
+
+def test_a_finished_job_is_recorded_in_chunks_and_an_interrupted_copy_resumes(store, fake, weights, monkeypatch):
+    from test_job_runner import assert_each_document_once_in_order
+    docs = documents(10)
+    job_id = create(store, weights, docs=docs)
+    store.CHUNK_DOCUMENTS = 3
+    real, copies = type(store)._copy_chunk, []
+
+    def interrupted(self, job, run):
+        copies.append(run)
+        if len(copies) == 2:
+            raise RuntimeError("killed while copying")
+        return real(self, job, run)
+
+    monkeypatch.setattr(type(store), "_copy_chunk", interrupted)
+    runner = JobRunner(store, slice_size=4)
+    assert runner.run_job(job_id).status == "failed"
+    assert store.search_runs() == []                     # the part-written run is not in History
+    monkeypatch.setattr(type(store), "_copy_chunk", real)
+    assert store.requeue_job(job_id)
+    runner.run_job(job_id)
+    job, run = assert_each_document_once_in_order(store, job_id, docs)
+    assert job.run_id == copies[0] and [r.id for r in store.search_runs()] == [job.run_id]

@@ -29,6 +29,8 @@ def test_previous_schema_upgrades_to_head_and_indexes_existing_runs(tmp_path):
     path = tmp_path / "runs.db"
     engine = create_sqlite_engine(path)
     assert migrations.migrate(engine, upto="m001_initial") == ["m001_initial"]
+    with engine.begin() as conn:                           # today's ORM writes finished_at (m005 adds it if missing)
+        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN finished_at TEXT")
     engine.dispose()
     v1 = Store(path, migrate=False)                        # the v1 schema, written by v1-era code paths
     docs, results = ner_run()
@@ -44,6 +46,25 @@ def test_previous_schema_upgrades_to_head_and_indexes_existing_runs(tmp_path):
     assert [r.id for r in store.search_runs("七")] == [run_id]            # an ungrounded span, only in output
     new_id = store.record_run(make_report(results), docs, "ui")            # and the triggers index new runs
     assert {r.id for r in store.search_runs("阿里巴巴")} == {run_id, new_id}
+    store.close()
+
+
+def test_runs_recorded_before_m005_get_a_finish_time_and_history_lists_them_by_it(tmp_path):
+    path = tmp_path / "runs.db"
+    engine = create_sqlite_engine(path)
+    migrations.migrate(engine, upto="m003_datasets_and_training_runs")
+    columns = ("created_at, source, model, weights, demo, device, dtype, attention, optimizations, batch_size, "
+               "options, documents, wall_seconds, tokens")
+    with engine.begin() as conn:
+        for created, wall in (("2026-03-01 10:00:00.000000", 100.25), ("2026-03-01 10:01:00.000000", 1.0)):
+            conn.exec_driver_sql(f"INSERT INTO runs ({columns}) VALUES (?, 'batch', 'm', '', 0, 'cpu', 'fp32', "
+                                 "'eager', '{}', 8, '{}', 0, ?, 0)", (created, wall))
+    engine.dispose()
+    store = open_store(path)
+    long_run, short_run = store.search_runs()             # started first, finished last: listed first
+    assert (long_run.id, short_run.id) == (1, 2)
+    assert long_run.finished_at.isoformat() == "2026-03-01T10:01:40.250000+00:00"
+    assert short_run.finished_at.isoformat() == "2026-03-01T10:01:01+00:00"
     store.close()
 
 

@@ -75,6 +75,13 @@ nav = st.navigation({
         st.Page(SCREENS / "plugins.py", title="Plugins", icon=":material/extension:"),
     ],
 })
-sidebar()
-state.job_runner()                      # first run in this process resumes unfinished batch jobs
-nav.run()
+
+
+@state.survives_busy_store
+def run_page() -> None:
+    sidebar()
+    state.job_runner()                  # the server started it already (server.py); `streamlit run` starts it here
+    nav.run()
+
+
+run_page()

@@ -5,9 +5,12 @@ models, the store, the GPU recorder and the job runner live here, once per proce
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import streamlit as st
+
+from storage.views import StoreBusy
 
 from workstation import plugins
 from workstation.monitor import GpuRecorder, NvmlMonitor
@@ -82,6 +85,18 @@ def training_launcher():
     """Starts and follows fine-tuning processes (one per UI process; the processes outlive it)."""
     s = settings()
     return _training_launcher(str(s.path(s.database)), tuple(trainer_command) if trainer_command else None)
+
+
+def survives_busy_store(body):
+    """Show a busy database as a message instead of a traceback. app.py wraps every page run in this;
+    a fragment needs it too, because a fragment's own reruns do not pass through app.py."""
+    @functools.wraps(body)
+    def guarded(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except StoreBusy as e:
+            st.error(str(e), icon=":material/hourglass_top:")
+    return guarded
 
 
 # --- per-tab choices -------------------------------------------------------------------------------

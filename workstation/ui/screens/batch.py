@@ -116,6 +116,7 @@ st.subheader("Jobs")
 
 
 @st.fragment(run_every=timedelta(seconds=1))
+@state.survives_busy_store
 def jobs() -> None:
     store = state.store()
     listed = store.list_jobs(limit=20)

@@ -269,6 +269,7 @@ def run_panel(run, progress) -> None:
 
 
 @st.fragment(run_every=timedelta(seconds=1))
+@state.survives_busy_store
 def live_panel(run_id: int) -> None:
     try:
         run, progress = launcher.poll(run_id)
