@@ -129,6 +129,21 @@ def test_resume_right_after_cancel_while_the_slice_is_still_in_hand_gets_a_worke
     assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs]
 
 
+def test_documents_done_inside_a_long_slice_show_in_the_job_progress(store, fake, weights):
+    docs = documents(8)
+    job_id = create(store, weights, docs=docs)
+    fake.GATES["doc-5"] = gate = threading.Event()                     # the one slice blocks at doc-5
+    runner = JobRunner(store, slice_size=8, progress_s=0.0)
+    runner.submit(job_id)
+    try:
+        wait_for(lambda: store.get_job(job_id).done == 5, timeout=30, what="docs 0..4 to be committed mid-slice")
+        assert [r is not None for _, r in store.job_results(job_id)] == [True] * 5 + [False] * 3
+    finally:
+        gate.set()
+    assert runner.wait(job_id, timeout=60)
+    assert_each_document_once_in_order(store, job_id, docs)
+
+
 def test_cancelled_queued_job_never_runs(store, fake, weights):
     job_id = create(store, weights)
     assert store.cancel_job(job_id)
