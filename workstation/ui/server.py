@@ -25,6 +25,7 @@ def main() -> int:
     settings = load_settings()
     from workstation.ui import state
     state.job_runner()                  # the process-wide runner app.py also gets; resumes unfinished jobs
+    state.training_launcher()           # follows fine-tunes left running, so their final state is recorded
     from streamlit.web import cli
     sys.argv = streamlit_argv(settings.ui_host, settings.ui_port)
     return cli.main()

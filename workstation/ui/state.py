@@ -77,8 +77,10 @@ def job_runner():
 @st.cache_resource(show_spinner=False)
 def _training_launcher(db_path: str, command: tuple[str, ...] | None):
     from workstation.training_runs import TrainingLauncher
-    return TrainingLauncher(_store(db_path), Path(db_path).parent / "training-runs",
-                            list(command) if command else None)
+    launcher = TrainingLauncher(_store(db_path), Path(db_path).parent / "training-runs",
+                                list(command) if command else None)
+    launcher.follow_unfinished()        # once per process: runs left going by the last UI get their final state
+    return launcher
 
 
 def training_launcher():
