@@ -234,7 +234,8 @@ class JobQueue:
         """Copy the next job items (about CHUNK_CHARS of results) into the run. False when none was left."""
         with self._write() as s:
             last = s.scalar(select(func.max(DocumentRecord.position)).where(DocumentRecord.run_id == run_id))
-            sizes = s.execute(select(JobItemRecord.id, func.length(JobItemRecord.result) + func.length(JobItemRecord.doc))
+            length = func.length(JobItemRecord.result) + func.length(JobItemRecord.doc)
+            sizes = s.execute(select(JobItemRecord.id, length)
                               .where(JobItemRecord.job_id == job_id,
                                      JobItemRecord.position > (-1 if last is None else last))
                               .order_by(JobItemRecord.position).limit(self.CHUNK_DOCUMENTS)).all()

@@ -57,7 +57,8 @@ class Store(JobQueue, GoldDatasets, TrainingLog):
     def __init__(self, path: str | Path, migrate: bool = True, busy_timeout_ms: int | None = None,
                  retry_delays: Sequence[float] | None = None):
         self.path = Path(path)
-        self.engine = create_sqlite_engine(self.path, self.BUSY_TIMEOUT_MS if busy_timeout_ms is None else busy_timeout_ms)
+        timeout_ms = self.BUSY_TIMEOUT_MS if busy_timeout_ms is None else busy_timeout_ms
+        self.engine = create_sqlite_engine(self.path, timeout_ms)
         self.retry_delays = tuple(self.RETRY_DELAYS if retry_delays is None else retry_delays)
         if migrate:
             with _busy_as_store_busy(self.path):

@@ -1,4 +1,5 @@
-"""End to end in a real browser: the UI server (`python -m workstation.ui.server`) + Debian's Chromium driven by Playwright.
+"""End to end in a real browser: the UI server (`python -m workstation.ui.server`) and Debian's Chromium,
+driven by Playwright.
 
 Runs the real RexUniNLU plugin on tiny demo weights written into a tmp dir: extract, see the result
 drawn, find the run in History, download an export, run a batch, and take a screenshot of every page.
