@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from storage.repository import Store
-from storage.views import JobStatus
+from storage.views import JobStatus, StoreBusy
 from workstation import engine
 from workstation.domain import Result
 from workstation.models import LoadedModel
@@ -38,6 +38,7 @@ from workstation.models import LoadedModel
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 10.0
 PROGRESS_S = 2.0
+BUSY_DELAYS = (5.0, 15.0, 30.0)     # a job's extra patience with a busy store (workstation/jobs.py _patiently)
 Borrow = Callable[[JobStatus, str], AbstractContextManager[LoadedModel]]
 
 
@@ -114,6 +115,7 @@ class JobRunner:
                  heartbeat_s: float = HEARTBEAT_S, borrow: Borrow | None = None, progress_s: float = PROGRESS_S):
         self.store = store
         self.progress_s = progress_s
+        self.busy_delays = BUSY_DELAYS
         self.borrow = borrow
         self.devices = list(devices) if devices else None
         self.slice_size = slice_size
@@ -207,7 +209,7 @@ class JobRunner:
                 w.start()
             for w in workers:
                 w.join()
-            self._conclude(run, devices)
+            self._patiently(lambda: self._conclude(run, devices))      # finish_job resumes where it stopped
         except Exception as e:
             log.exception("job %s failed", job_id)
             self.store.fail_job(job_id, f"{type(e).__name__}: {e}", self.owner)
@@ -274,8 +276,20 @@ class JobRunner:
 
     def _commit(self, run: _JobRun, done: list[tuple[int, Result]], tokens: int = 0, peak: int | None = None) -> None:
         seconds, rate = run.committed(len(done))
-        self.store.complete_items(run.job.id, done, seconds=seconds, tokens=tokens, peak_memory_bytes=peak,
-                                  docs_per_second=rate)
+        self._patiently(lambda: self.store.complete_items(run.job.id, done, seconds=seconds, tokens=tokens,
+                                                          peak_memory_bytes=peak, docs_per_second=rate))
+
+    def _patiently(self, write: Callable[[], object]) -> object:
+        """A write the job cannot do without (its results, its run): a busy store is waited out a while
+        longer than the store itself waits, since the results in hand would otherwise be computed again."""
+        for delay in (*self.busy_delays, None):
+            try:
+                return write()
+            except StoreBusy:
+                if delay is None:
+                    raise
+                log.warning("the history database is busy; the job retries in %.0f s", delay)
+                time.sleep(delay)
 
     @contextmanager
     def _models(self, job: JobStatus, device: str) -> Iterator[Callable]:

@@ -144,6 +144,27 @@ def test_documents_done_inside_a_long_slice_show_in_the_job_progress(store, fake
     assert_each_document_once_in_order(store, job_id, docs)
 
 
+def test_a_slice_whose_commit_meets_a_busy_store_is_committed_once_the_store_frees(store, fake, weights,
+                                                                                   monkeypatch):
+    from storage.views import StoreBusy
+    docs = documents(6)
+    job_id = create(store, weights, docs=docs)
+    real, calls = store.complete_items, []
+
+    def busy_at_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreBusy("locked by another process")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "complete_items", busy_at_first)
+    runner = JobRunner(store, slice_size=4)
+    runner.busy_delays = (0.01,)
+    runner.run_job(job_id)
+    assert_each_document_once_in_order(store, job_id, docs)
+    assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs]      # nothing computed twice
+
+
 def test_cancelled_queued_job_never_runs(store, fake, weights):
     job_id = create(store, weights)
     assert store.cancel_job(job_id)
