@@ -200,7 +200,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     page.get_by_test_id("stTextInputRootElement").first.locator("input").fill("矫情的")
     page.keyboard.press("Enter")
     settle(page)
-    assert "1 run(s) match." in page.get_by_test_id("stMain").inner_text()
+    assert "1 run(s) match, the latest finished first." in page.get_by_test_id("stMain").inner_text()
     page.get_by_test_id("stMultiSelect").click()
     page.get_by_role("option").filter(has_text="1 · rexuninlu").click()
     page.keyboard.press("Escape")
@@ -232,6 +232,9 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     click(page, "Start batch job")
     page.get_by_text("Job 1 · batch.jsonl").wait_for()
     page.get_by_text("6 / 6 documents").wait_for(timeout=120_000)
+    deadline = time.time() + 60                 # every document is done; the run is being recorded
+    while store.get_job(1).status != "done" and time.time() < deadline:
+        time.sleep(0.2)
     settle(page)
     assert store.get_job(1).status == "done"
     shot(page, shots, "batch")
