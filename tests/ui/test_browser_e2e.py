@@ -230,6 +230,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     page.get_by_test_id("stFileUploader").get_by_text("batch.jsonl").wait_for()     # the upload has landed
     settle(page)
     click(page, "Start batch job")
+    settle(page)
     page.get_by_text("Job 1 · batch.jsonl").wait_for()
     page.get_by_text("6 / 6 documents").wait_for(timeout=120_000)
     deadline = time.time() + 60                 # every document is done; the run is being recorded
