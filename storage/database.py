@@ -28,7 +28,13 @@ def _json_dumps(value) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def create_sqlite_engine(path: Path) -> Engine:
+def is_busy(error: BaseException) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED: another connection holds the lock this one needs."""
+    text = str(getattr(error, "orig", None) or error).lower()
+    return "database is locked" in text or "database table is locked" in text or "database is busy" in text
+
+
+def create_sqlite_engine(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(f"sqlite:///{path}", json_serializer=_json_dumps)
@@ -39,7 +45,7 @@ def create_sqlite_engine(path: Path) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 

@@ -15,8 +15,8 @@ from datetime import datetime
 
 from sqlalchemy import func, insert, select, update
 
-from storage.models import JobItemRecord, JobRecord, utcnow
-from storage.records import document_from_json, document_to_json, job_status, run_record
+from storage.models import DocumentRecord, JobItemRecord, JobRecord, RunRecord, utcnow
+from storage.records import document_from_json, document_record, document_to_json, job_status, run_header
 from storage.views import UNFINISHED, JobStatus, NotFound
 from workstation.domain import Document, Result
 
@@ -193,32 +193,64 @@ class JobQueue:
 
     def finish_job(self, job_id: int, owner: str, *, demo: bool, device: str, dtype: str, attention: str,
                    optimizations: dict[str, str]) -> int | None:
-        """Record the job's Run (source 'batch') with every result in input order and mark the job done, in
-        one transaction. Returns the run id; None if the job is not ours or not complete."""
+        """Record the job's Run (source 'batch') with every result in input order, then mark the job done.
+        Written in short transactions: the run's row, its documents in chunks (resuming after the last one
+        written, should a kill interrupt it), then the run's finish time and the job's status together.
+        Returns the run id; None if the job is not ours or not complete."""
         from workstation.engine import RunReport          # the engine imports torch; only the worker needs this
 
         with self._write() as s:
             job = _job(s, job_id)
-            if job.run_id is not None:
-                return job.run_id
+            run = s.get(RunRecord, job.run_id) if job.run_id is not None else None
+            if run is not None and run.finished_at is not None:
+                return run.id
             if job.status != "running" or job.owner != owner:
                 return None
-            items = list(s.scalars(select(JobItemRecord).where(JobItemRecord.job_id == job_id)
-                                   .order_by(JobItemRecord.position)))
-            if any(it.status != "done" for it in items):
+            if s.scalar(select(func.count(JobItemRecord.id)).where(JobItemRecord.job_id == job_id,
+                                                                   JobItemRecord.status != "done")):
                 return None
-            report = RunReport(job.model, job.weights, demo, device, dtype, attention, dict(optimizations),
-                               job.batch_size, dict(job.options), (job.started_at or utcnow()).isoformat(),
-                               documents=len(items), wall_seconds=job.wall_seconds, tokens=job.tokens,
-                               peak_memory_bytes=job.peak_memory_bytes,
-                               results=[Result.from_json(it.result) for it in items])
-            run = run_record(report, [document_from_json(it.doc) for it in items], "batch", job.task, job.settings,
-                             label=job.source_name)
-            s.add(run)
-            s.flush()
+            if run is None:
+                report = RunReport(job.model, job.weights, demo, device, dtype, attention, dict(optimizations),
+                                   job.batch_size, dict(job.options), (job.started_at or utcnow()).isoformat(),
+                                   documents=job.total, wall_seconds=job.wall_seconds, tokens=job.tokens,
+                                   peak_memory_bytes=job.peak_memory_bytes)
+                run = run_header(report, job.total, "batch", job.task, job.settings, label=job.source_name)
+                s.add(run)
+                s.flush()
+                job.run_id = run.id
+            run_id = run.id
+        while self._copy_chunk(job_id, run_id):
+            pass
+        with self._write() as s:
+            job, run = _job(s, job_id), s.get(RunRecord, run_id)
+            if run is None or job.status != "running" or job.owner != owner:
+                return None                                  # cancelled or deleted meanwhile: not done
             now = utcnow()
-            job.run_id, job.status, job.finished_at, job.updated_at = run.id, "done", now, now
-            return run.id
+            run.finished_at = now
+            job.status, job.finished_at, job.updated_at = "done", now, now
+            return run_id
+
+    def _copy_chunk(self, job_id: int, run_id: int) -> bool:
+        """Copy the next job items (about CHUNK_CHARS of results) into the run. False when none was left."""
+        with self._write() as s:
+            last = s.scalar(select(func.max(DocumentRecord.position)).where(DocumentRecord.run_id == run_id))
+            length = func.length(JobItemRecord.result) + func.length(JobItemRecord.doc)
+            sizes = s.execute(select(JobItemRecord.id, length)
+                              .where(JobItemRecord.job_id == job_id,
+                                     JobItemRecord.position > (-1 if last is None else last))
+                              .order_by(JobItemRecord.position).limit(self.CHUNK_DOCUMENTS)).all()
+            if not sizes:
+                return False
+            ids, total = [], 0
+            for item_id, size in sizes:
+                if ids and total + (size or 0) > self.CHUNK_CHARS:
+                    break
+                ids.append(item_id)
+                total += size or 0
+            items = s.scalars(select(JobItemRecord).where(JobItemRecord.id.in_(ids)).order_by(JobItemRecord.position))
+            s.add_all([document_record(run_id, it.position, document_from_json(it.doc), Result.from_json(it.result))
+                       for it in items])
+            return True
 
 
 def _job(s, job_id: int) -> JobRecord:

@@ -229,6 +229,22 @@ CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created
 """)
 
 
+# Runs are written in short transactions (the header, documents in chunks, then finished_at), so that one
+# huge run never holds the write lock for minutes; finished_at also orders History. Runs recorded before
+# have no finish time: it is estimated as start + wall time (a batch job's pauses are not in it).
+@migration
+def m005_reliability(conn: Connection) -> None:
+    if "finished_at" not in {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(runs)")}:
+        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN finished_at TEXT")
+    _run(conn, """
+UPDATE runs SET finished_at =
+    strftime('%Y-%m-%d %H:%M:%f', created_at, printf('%+.3f seconds', wall_seconds)) || '000'
+    WHERE finished_at IS NULL
+
+CREATE INDEX IF NOT EXISTS ix_runs_finished_at ON runs (finished_at)
+""")
+
+
 @migration
 def m006_run_stages(conn: Connection) -> None:
     """Where a run's time went (seconds per stage, device busy share) and its out-of-memory back-offs."""

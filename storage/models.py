@@ -66,6 +66,8 @@ class RunRecord(Base):
     note: Mapped[str | None] = mapped_column(Text)
     # {"seconds": {stage: s}, "device_busy": share, "backoffs": [...]}: workstation/stages.py
     stages: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    # NULL while the run's documents are still being written (in short transactions): hidden from History.
+    finished_at: Mapped[datetime | None] = mapped_column(index=True)
 
     documents: Mapped[list[DocumentRecord]] = relationship(
         back_populates="run", order_by="DocumentRecord.position", cascade="all, delete-orphan",

@@ -43,10 +43,8 @@ def weights_checksum(weights: str | Path) -> str | None:
     return digest.hexdigest()
 
 
-def run_record(report: RunReport, documents: Sequence[Document], source: str, task: str | None,
-               settings: dict | None, label: str | None = None, note: str | None = None) -> RunRecord:
-    if source not in SOURCES:
-        raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+def check_results(report: RunReport, documents: Sequence[Document]) -> None:
+    """A report's results pair with the documents, in order."""
     results = report.results
     if len(results) != len(documents):
         raise ValueError(f"the report has {len(results)} results for {len(documents)} documents; "
@@ -55,23 +53,48 @@ def run_record(report: RunReport, documents: Sequence[Document], source: str, ta
         if str(result.document_id) != str(doc.id):
             raise ValueError(f"the result for {result.document_id!r} is paired with document {doc.id!r}: "
                              "results must be in document order")
+
+
+def run_header(report: RunReport, documents: int, source: str, task: str | None, settings: dict | None,
+               label: str | None = None, note: str | None = None) -> RunRecord:
+    """The run's own row, without its documents and unfinished (finished_at NULL) until they are all written."""
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
     wall = float(report.wall_seconds)
-    run = RunRecord(
+    return RunRecord(
         created_at=_parse_time(report.started_at), source=source, model=report.model, task=task,
         weights=str(report.weights), weights_checksum=weights_checksum(report.weights), demo=bool(report.demo),
         device=report.device, dtype=report.dtype, attention=report.attention,
         optimizations=dict(report.optimizations), batch_size=int(report.batch_size), options=dict(report.options),
-        settings=_with_thresholds(settings, report), documents_count=len(documents), wall_seconds=wall,
-        docs_per_second=len(documents) / wall if wall > 0 else None, tokens=int(report.tokens),
-        peak_memory_bytes=report.peak_memory_bytes, label=label, note=note, stages=run_stages(report))
-    for position, (doc, result) in enumerate(zip(documents, results)):
-        record = DocumentRecord(position=position, doc_id=str(doc.id), text=doc.text, schema=doc.schema,
-                                task=doc.task, labels=doc.labels)
-        coverage = [list(r) for r in result.coverage] if result.coverage is not None else None
-        record.result = ResultRecord(output=result.to_json()["output"], raw=result.raw, warnings=list(result.warnings),
-                                     coverage=coverage, unread_chars=unread_chars(doc.text, result.coverage))
-        run.documents.append(record)
-    return run
+        settings=_with_thresholds(settings, report), documents_count=documents, wall_seconds=wall,
+        docs_per_second=documents / wall if wall > 0 else None, tokens=int(report.tokens),
+        peak_memory_bytes=report.peak_memory_bytes, label=label, note=note, finished_at=None,
+        stages=run_stages(report))
+
+
+def document_record(run_id: int, position: int, doc: Document, result: Result) -> DocumentRecord:
+    record = DocumentRecord(run_id=run_id, position=position, doc_id=str(doc.id), text=doc.text, schema=doc.schema,
+                            task=doc.task, labels=doc.labels)
+    coverage = [list(r) for r in result.coverage] if result.coverage is not None else None
+    record.result = ResultRecord(output=result.to_json()["output"], raw=result.raw, warnings=list(result.warnings),
+                                 coverage=coverage, unread_chars=unread_chars(doc.text, result.coverage))
+    return record
+
+
+def write_chunks(items: Sequence[tuple[Document, Result]], max_chars: int, max_documents: int):
+    """Split (document, result) pairs into consecutive chunks of about `max_chars` of text and spans (at
+    least one pair each): the size of one short write transaction."""
+    chunk: list[tuple[int, tuple[Document, Result]]] = []
+    size = 0
+    for position, (doc, result) in enumerate(items):
+        cost = len(doc.text) + sum(len(span.span) + 48 for t in result.tuples for span in t)
+        if chunk and (size + cost > max_chars or len(chunk) >= max_documents):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append((position, (doc, result)))
+        size += cost
+    if chunk:
+        yield chunk
 
 
 def run_stages(report: RunReport) -> dict | None:
@@ -99,7 +122,7 @@ def run_summary(r: RunRecord, cut_documents: int | None = None) -> RunSummary:
     return RunSummary(r.id, r.created_at, r.source, r.model, r.task, r.weights, r.weights_checksum, r.demo, r.device,
                       r.dtype, r.attention, dict(r.optimizations or {}), r.batch_size, dict(r.options or {}),
                       r.documents_count, r.wall_seconds, r.docs_per_second, r.tokens, r.peak_memory_bytes,
-                      r.label, r.note, dict(r.stages or {}), cut_documents)
+                      r.label, r.note, dict(r.stages or {}), cut_documents, r.finished_at)
 
 
 def stored_document(d: DocumentRecord) -> Document:

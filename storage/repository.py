@@ -11,40 +11,59 @@ The CLI records a run with ``open_store(path).record_run(report, documents, "cli
 """
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from sqlalchemy import case, column, delete, func, or_, select, table
+from sqlalchemy import case, column, delete, func, or_, select, table, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from storage import migrations
-from storage.database import WRITE, create_sqlite_engine
+from storage.database import BUSY_TIMEOUT_MS, WRITE, create_sqlite_engine, is_busy
 from storage.datasets import GoldDatasets
 from storage.jobs_queue import JobQueue
-from storage.models import DocumentRecord, ResultRecord, RunRecord
-from storage.records import SOURCES, run_record, run_summary, stored_document, stored_result, weights_checksum
+from storage.models import DocumentRecord, ResultRecord, RunRecord, utcnow
+from storage.records import (SOURCES, check_results, document_record, run_header, run_summary, stored_document,
+                             stored_result, weights_checksum, write_chunks)
 from storage.thresholds import SavedThresholds, ThresholdSettings
 from storage.training import TrainingLog
-from storage.views import (CutDocument, Dataset, DocumentComparison, GoldExample, JobStatus, NotFound, RunComparison, RunDetail,
-                           RunSummary, SpanKey, TrainingRun, span_key)
+from storage.views import (CutDocument, Dataset, DocumentComparison, GoldExample, JobStatus, NotFound, RunComparison,
+                           RunDetail, RunSummary, SpanKey, StoreBusy, TrainingRun, span_key)
 from workstation.domain import Document, Result
 
 if TYPE_CHECKING:
     from workstation.engine import RunReport
 
+log = logging.getLogger(__name__)
+
 __all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "RunComparison",
-           "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "SOURCES", "weights_checksum",
-           "Dataset", "GoldExample", "TrainingRun", "SavedThresholds", "CutDocument"]
+           "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "StoreBusy", "SOURCES",
+           "weights_checksum", "Dataset", "GoldExample", "TrainingRun", "SavedThresholds", "CutDocument"]
 
 
 class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
-    def __init__(self, path: str | Path, migrate: bool = True):
+    """busy_timeout_ms: how long SQLite waits for another process's write lock, per attempt;
+    retry_delays: the pauses between attempts. After the last one a call raises StoreBusy (nothing written)."""
+
+    BUSY_TIMEOUT_MS = BUSY_TIMEOUT_MS
+    RETRY_DELAYS = (0.5, 1.0, 2.0)
+    CHUNK_CHARS = 2_000_000              # text and spans written per transaction when recording a run
+    CHUNK_DOCUMENTS = 500
+
+    def __init__(self, path: str | Path, migrate: bool = True, busy_timeout_ms: int | None = None,
+                 retry_delays: Sequence[float] | None = None):
         self.path = Path(path)
-        self.engine = create_sqlite_engine(self.path)
+        timeout_ms = self.BUSY_TIMEOUT_MS if busy_timeout_ms is None else busy_timeout_ms
+        self.engine = create_sqlite_engine(self.path, timeout_ms)
+        self.retry_delays = tuple(self.RETRY_DELAYS if retry_delays is None else retry_delays)
         if migrate:
-            migrations.migrate(self.engine)
+            with _busy_as_store_busy(self.path):
+                migrations.migrate(self.engine)
         self._reader = sessionmaker(self.engine, expire_on_commit=False)
         self._writer = sessionmaker(self.engine.execution_options(**WRITE), expire_on_commit=False)
 
@@ -53,13 +72,40 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
 
     @contextmanager
     def _read(self) -> Iterator[Session]:
-        with self._reader() as session:
+        with _busy_as_store_busy(self.path), self._reader() as session:
             yield session
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
-        with self._writer.begin() as session:
-            yield session
+        """A write transaction that holds the write lock from its start (BEGIN IMMEDIATE). Taking the lock
+        is retried with pauses; the transaction itself should be short (see record_run)."""
+        session = self._locked_session()
+        try:
+            with _busy_as_store_busy(self.path):
+                yield session
+                session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    def _locked_session(self) -> Session:
+        for attempt, delay in enumerate((*self.retry_delays, None)):
+            session = self._writer()
+            try:
+                session.begin()
+                session.connection()                 # emits BEGIN IMMEDIATE: waits busy_timeout for the lock
+                return session
+            except OperationalError as e:
+                session.close()
+                if not is_busy(e):
+                    raise
+                if delay is None:
+                    raise StoreBusy(_busy_message(self.path)) from None
+                log.warning("%s is locked by another process; retrying in %.1f s", self.path, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
 
     def pragmas(self) -> dict[str, Any]:
         """The connection settings in force (for tests and a diagnostics panel)."""
@@ -72,21 +118,38 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
 
     def record_run(self, report: RunReport, documents: list[Document], source: str, task: str | None = None,
                    settings_snapshot: dict | None = None, label: str | None = None, note: str | None = None) -> int:
-        """Store a finished run: its settings and measurements, every document and its result, in one transaction."""
+        """Store a finished run: its settings and measurements, every document and its result. Written in
+        short transactions (the run, its documents in chunks, then its finish time), so other processes
+        are never locked out for long; History lists it once the last one commits. A failure part-way
+        removes what was written."""
+        check_results(report, documents)
         with self._write() as s:
-            run = run_record(report, documents, source, task, settings_snapshot, label, note)
+            run = run_header(report, len(documents), source, task, settings_snapshot, label, note)
             s.add(run)
             s.flush()
-            return run.id
+            run_id = run.id
+        try:
+            for chunk in write_chunks(list(zip(documents, report.results)), self.CHUNK_CHARS, self.CHUNK_DOCUMENTS):
+                with self._write() as s:
+                    s.add_all([document_record(run_id, position, doc, result) for position, (doc, result) in chunk])
+            with self._write() as s:
+                s.execute(update(RunRecord).where(RunRecord.id == run_id).values(finished_at=utcnow()))
+        except BaseException:
+            try:
+                self.delete_run(run_id)
+            except Exception:                # noqa: BLE001 - the original error matters; an unfinished run stays hidden
+                log.warning("could not remove the partly written run %s", run_id, exc_info=True)
+            raise
+        return run_id
 
     def search_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,
                     since: datetime | None = None, until: datetime | None = None, limit: int = 100,
                     offset: int = 0, source: str | None = None, cut: bool = False) -> list[RunSummary]:
-        """Newest first. `text`: every whitespace-separated term must occur in one of the run's documents
+        """Latest finished first. `text`: every whitespace-separated term must occur in one of the run's documents
         (text, schema, labels or an extracted span), or in the run's label or note. `cut`: only runs with
         a document the model read partly."""
         query = (select(RunRecord).where(*_run_filters(text, model, task, since, until, source, cut))
-                 .order_by(RunRecord.created_at.desc(), RunRecord.id.desc()).limit(limit).offset(offset))
+                 .order_by(RunRecord.finished_at.desc(), RunRecord.id.desc()).limit(limit).offset(offset))
         with self._read() as s:
             runs = list(s.scalars(query))
             cuts = _cut_counts(s, [r.id for r in runs])
@@ -115,7 +178,8 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
     def run_filters(self) -> dict[str, list[str]]:
         """Distinct models, tasks and sources, for the history page's filter boxes."""
         with self._read() as s:
-            return {name: [v for v in s.scalars(select(col).distinct().order_by(col)) if v is not None]
+            return {name: [v for v in s.scalars(select(col).where(RunRecord.finished_at.is_not(None))
+                                                 .distinct().order_by(col)) if v is not None]
                     for name, col in (("model", RunRecord.model), ("task", RunRecord.task),
                                       ("source", RunRecord.source))}
 
@@ -157,6 +221,21 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
                 key[0], key[1], document.text, [k for k in keys_a if k not in set_b],
                 [k for k in keys_b if k not in set_a], [k for k in keys_a if k in set_b], key in docs_a, key in docs_b))
         return RunComparison(run_a.summary, run_b.summary, rows)
+
+
+def _busy_message(path: Path) -> str:
+    return (f"The history database ({path}) is busy: another process (a batch job, a fine-tune or the command "
+            "line) is writing to it. Nothing was lost; try again in a moment.")
+
+
+@contextmanager
+def _busy_as_store_busy(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OperationalError as e:
+        if is_busy(e):
+            raise StoreBusy(_busy_message(path)) from None
+        raise
 
 
 def open_store(db_path: str | Path) -> Store:
@@ -202,7 +281,7 @@ def _cut_counts(session: Session, run_ids: list[int]) -> dict[int, int]:
 
 
 def _run_filters(text, model, task, since, until, source, cut=False) -> list:
-    conditions: list = []
+    conditions: list = [RunRecord.finished_at.is_not(None)]         # a run still being written is not listed
     if cut:
         conditions.append(RunRecord.id.in_(
             select(DocumentRecord.run_id).join(ResultRecord, ResultRecord.document_id == DocumentRecord.id)

@@ -13,6 +13,11 @@ class NotFound(LookupError):
     """A run or job id that is not (or no longer) in the database."""
 
 
+class StoreBusy(RuntimeError):
+    """Another process held the database's write lock for longer than the store waits (retries included).
+    Nothing was written by the call that raised it; trying again later is safe."""
+
+
 @dataclass(frozen=True)
 class RunSummary:
     id: int
@@ -38,6 +43,7 @@ class RunSummary:
     note: str | None
     stages: dict[str, Any] = field(default_factory=dict)   # {"seconds", "device_busy", "backoffs"}
     cut_documents: int | None = None     # documents read only partly; None: the model reports no coverage
+    finished_at: datetime | None = None   # when the run was complete in the history (the History order)
 
 
 @dataclass

@@ -100,12 +100,9 @@ def run_tests(pytest_args: list[str]) -> int:
 
 
 def run_ui() -> int:
-    s = load_settings()
-    ensure_demo_weights(s)
-    return subprocess.call([sys.executable, "-m", "streamlit", "run", str(ROOT / "workstation" / "ui" / "app.py"),
-                            "--server.address", s.ui_host, "--server.port", str(s.ui_port),
-                            "--server.headless", "true", "--browser.gatherUsageStats", "false",
-                            "--client.toolbarMode", "minimal"], cwd=ROOT)
+    ensure_demo_weights(load_settings())
+    # One process for the server and the batch-job runner (workstation/ui/server.py says why).
+    return subprocess.call([sys.executable, "-m", "workstation.ui.server"], cwd=ROOT)
 
 
 def ensure_demo_weights(settings) -> None:

@@ -18,6 +18,7 @@ import torch
 from workstation import plugins
 from workstation.domain import Document, InputError, Result
 from workstation.models import LoadedModel, ModelFamily
+from workstation.settings import load_settings
 from workstation.stages import IDLE, StageClock
 from workstation.thresholds import apply_thresholds
 
@@ -100,7 +101,8 @@ class Cancelled(Exception):
 def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
         optimizations: dict[str, str] | None = None, on_result: Callable[[Result], None] | None = None,
         on_progress: Callable[[int, int], None] | None = None, cancel: threading.Event | None = None,
-        keep_results: bool = True, thresholds: dict[str, float] | None = None, **options) -> RunReport:
+        keep_results: bool = True, thresholds: dict[str, float] | None = None,
+        max_tuples: int | None = None, **options) -> RunReport:
     """Run documents through a loaded model; measure wall time, tokens and peak GPU memory.
 
     thresholds (opt-in): per-type confidence thresholds (workstation/thresholds.py) applied to every
@@ -119,7 +121,7 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
     clock = model.clock = StageClock(model.device)
     start = clock.started = time.perf_counter()
     try:
-        for result in iter_results(model, documents, batch_size, cancel, **options):
+        for result in iter_results(model, documents, batch_size, cancel, max_tuples=max_tuples, **options):
             report.documents += 1
             with clock.stage("write"):
                 if report.thresholds:
@@ -142,14 +144,30 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
 
 
 def iter_results(model: LoadedModel, documents: Sequence[Document], batch_size: int,
-                 cancel: threading.Event | None = None, **options) -> Iterator[Result]:
+                 cancel: threading.Event | None = None, max_tuples: int | None = None, **options) -> Iterator[Result]:
+    """The model's results, each capped at `max_tuples` tuples (None: settings.toml's limit). Every surface
+    (Extract, Batch jobs, the CLI) takes its results from here."""
+    limit = load_settings().max_tuples_per_document if max_tuples is None else max_tuples
     # Documents go to the model in slices so a cancel takes effect between slices while batching
     # (and the model's own prefetching of the next documents) happens inside each slice.
     step = max(batch_size * 32, 256)
     for start in range(0, len(documents), step):
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        yield from model.extract(documents[start:start + step], batch_size=batch_size, **options)
+        for result in model.extract(documents[start:start + step], batch_size=batch_size, **options):
+            yield capped(result, limit)
+
+
+def capped(result: Result, limit: int) -> Result:
+    """Keep the first `limit` tuples (0: all) and say how many were dropped. One pathological document (a
+    huge line, a degenerate schema) must not produce hundreds of megabytes that every page then loads."""
+    if not limit or len(result.tuples) <= limit:
+        return result
+    dropped = len(result.tuples) - limit
+    result.tuples = result.tuples[:limit]
+    result.warnings.append(f"{dropped:,} more tuple(s) were dropped: at most {limit:,} are kept per document "
+                           "([results] max_tuples_per_document in settings.toml)")
+    return result
 
 
 def unload(model: LoadedModel | None) -> None:

@@ -3,9 +3,9 @@
 A `JobRunner` runs jobs one after another in its own thread (never the Streamlit script thread). A job
 gets one worker thread and one model per device (every CUDA GPU for device "auto"/"cuda", else one; the
 model is loaded by the worker or borrowed per slice from the UI's shelf). Each worker claims a slice of
-pending documents from the database, extracts, and commits the slice's results with the progress
-counters in one transaction. So:
-- a kill loses at most the claimed, uncommitted slices; the next runner puts them back and redoes them;
+pending documents from the database, extracts, and commits the results with the progress counters in one
+transaction at the end of the slice, and also inside it every PROGRESS_S (a sign of life in a long slice). So:
+- a kill loses at most the claimed, uncommitted documents; the next runner puts them back and redoes them;
 - cancel is the job's status in the database, checked before each slice is claimed (any process may set it);
 - progress (done/total, docs/s) is in the database for any page or process to read.
 When every document is done the runner records a Run (source 'batch') with all results in input order.
@@ -30,12 +30,15 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from storage.repository import Store
-from storage.views import JobStatus
+from storage.views import JobStatus, StoreBusy
 from workstation import engine
+from workstation.domain import Result
 from workstation.models import LoadedModel
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 10.0
+PROGRESS_S = 2.0
+BUSY_DELAYS = (5.0, 15.0, 30.0)     # a job's extra patience with a busy store (workstation/jobs.py _patiently)
 Borrow = Callable[[JobStatus, str], AbstractContextManager[LoadedModel]]
 
 
@@ -100,15 +103,19 @@ class JobRunner:
     """Runs queued jobs in a background thread, one job at a time, each spread over the available devices.
 
     devices:    overrides the choice of devices (tests use ["cpu", "cpu"] to exercise two workers)
-    slice_size: documents per claim and commit (default 4 x batch size, at least 16)
+    slice_size: documents per claim (default 4 x batch size, at least 16)
+    progress_s: inside a slice, the documents done so far are committed (and counted in the job's progress)
+                when this many seconds have passed since the last commit; the rest at the end of the slice
     borrow:     borrow(job, device) -> a context manager lending a loaded model for one slice (the UI's
                 model shelf, so a job and the pages share one model per GPU and take turns between
                 slices). Without it each device worker loads its own model for the job.
     """
 
     def __init__(self, store: Store, devices: Sequence[str] | None = None, slice_size: int | None = None,
-                 heartbeat_s: float = HEARTBEAT_S, borrow: Borrow | None = None):
+                 heartbeat_s: float = HEARTBEAT_S, borrow: Borrow | None = None, progress_s: float = PROGRESS_S):
         self.store = store
+        self.progress_s = progress_s
+        self.busy_delays = BUSY_DELAYS
         self.borrow = borrow
         self.devices = list(devices) if devices else None
         self.slice_size = slice_size
@@ -124,9 +131,11 @@ class JobRunner:
     # ---- the UI's side --------------------------------------------------------------------------------
 
     def submit(self, job_id: int) -> None:
-        """Queue a job to run in the background (no-op if it is already waiting or running here)."""
+        """Queue a job to run in the background (no-op if it is already waiting). A job that is the current
+        one is queued again: it was cancelled and resumed while its session was still ending, and that
+        session stops at its next claim (the job is no longer 'running'), so it needs a new one."""
         with self._changed:
-            if job_id in self._waiting or job_id == self._current:
+            if job_id in self._waiting:
                 return
             self._waiting.add(job_id)
             self._queue.put(job_id)
@@ -200,7 +209,7 @@ class JobRunner:
                 w.start()
             for w in workers:
                 w.join()
-            self._conclude(run, devices)
+            self._patiently(lambda: self._conclude(run, devices))      # finish_job resumes where it stopped
         except Exception as e:
             log.exception("job %s failed", job_id)
             self.store.fail_job(job_id, f"{type(e).__name__}: {e}", self.owner)
@@ -244,17 +253,43 @@ class JobRunner:
                         if on_cuda:
                             torch.cuda.reset_peak_memory_stats(model.device)
                         tokens_before = model.tokens_processed()
-                        results = list(model.extract(documents, batch_size=job.batch_size, **job.options))
+                        done, last_commit, produced = [], time.monotonic(), 0
+                        for i, result in enumerate(engine.iter_results(model, documents, job.batch_size,
+                                                                       **job.options)):
+                            if i >= len(documents):
+                                raise RuntimeError(f"the model returned more results than the {len(documents)} "
+                                                   "documents it was given")
+                            done.append((positions[i], result))
+                            produced = i + 1
+                            if i + 1 < len(documents) and time.monotonic() - last_commit >= self.progress_s:
+                                # a sign of life inside a long slice: the documents done so far, committed
+                                self._commit(run, done)
+                                done, last_commit = [], time.monotonic()
                         tokens = model.tokens_processed() - tokens_before
                         peak = torch.cuda.max_memory_allocated(model.device) if on_cuda else None
-                    if len(results) != len(documents):
-                        raise RuntimeError(f"the model returned {len(results)} results for {len(documents)} documents")
-                    seconds, rate = run.committed(len(documents))
-                    self.store.complete_items(job.id, zip(positions, results), seconds=seconds, tokens=tokens,
-                                              peak_memory_bytes=peak, docs_per_second=rate)
+                    if produced != len(documents):
+                        raise RuntimeError(f"the model returned {produced} results for {len(documents)} documents")
+                    self._commit(run, done, tokens=tokens, peak=peak)
         except Exception as e:
             log.exception("job %s on %s", job.id, device)
             run.fail(f"{device}: {type(e).__name__}: {e}")
+
+    def _commit(self, run: _JobRun, done: list[tuple[int, Result]], tokens: int = 0, peak: int | None = None) -> None:
+        seconds, rate = run.committed(len(done))
+        self._patiently(lambda: self.store.complete_items(run.job.id, done, seconds=seconds, tokens=tokens,
+                                                          peak_memory_bytes=peak, docs_per_second=rate))
+
+    def _patiently(self, write: Callable[[], object]) -> object:
+        """A write the job cannot do without (its results, its run): a busy store is waited out a while
+        longer than the store itself waits, since the results in hand would otherwise be computed again."""
+        for delay in (*self.busy_delays, None):
+            try:
+                return write()
+            except StoreBusy:
+                if delay is None:
+                    raise
+                log.warning("the history database is busy; the job retries in %.0f s", delay)
+                time.sleep(delay)
 
     @contextmanager
     def _models(self, job: JobStatus, device: str) -> Iterator[Callable]:

@@ -29,6 +29,10 @@ class Settings:
     ui_host: str = "127.0.0.1"
     ui_port: int = 8501
     monitor_interval_s: float = 1.0
+    # At most this many tuples are kept per document (0: no limit); see engine.capped.
+    max_tuples_per_document: int = 10_000
+    # Folders whose files Batch may read by path ("A file on this machine"); [] = uploads only.
+    input_folders: list[str] = field(default_factory=list)
 
     def path(self, relative: str) -> Path:
         p = Path(relative).expanduser()
@@ -66,4 +70,9 @@ def load_settings(path: Path | None = None) -> Settings:
     s.ui_host = ui.get("host", s.ui_host)
     s.ui_port = int(ui.get("port", s.ui_port))
     s.monitor_interval_s = float(data.get("monitor", {}).get("interval_s", s.monitor_interval_s))
+    results = data.get("results", {})
+    s.max_tuples_per_document = int(results.get("max_tuples_per_document", s.max_tuples_per_document))
+    if s.max_tuples_per_document < 0:
+        raise ValueError("settings.toml: [results] max_tuples_per_document must be 0 (no limit) or more")
+    s.input_folders = [str(f) for f in data.get("batch", {}).get("input_folders", [])]
     return s

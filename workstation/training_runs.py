@@ -19,6 +19,7 @@ with the end of its log.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -27,6 +28,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -34,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.datasets import export_dataset
-from storage.views import TrainingRun
+from storage.views import NotFound, TrainingRun
 from workstation.domain import InputError
 from workstation.settings import ROOT, Settings
 
@@ -42,6 +44,8 @@ from workstation.settings import ROOT, Settings
 TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
 TRAINING_DTYPES = ("fp32", "bf16")
 LOG_TAIL_LINES = 15
+FOLLOW_S = 2.0                                  # how often a started run is polled in the background
+log = logging.getLogger(__name__)
 
 
 def default_command() -> list[str]:
@@ -341,6 +345,8 @@ class TrainingLauncher:
         self._processes: dict[int, subprocess.Popen] = {}
         self._progress: dict[int, tuple[EventReader, TrainingProgress]] = {}
         self._lock = threading.Lock()
+        self._polling = threading.RLock()           # a page and the follower thread read the same events file
+        self._followed: set[int] = set()
 
     # ---- start, cancel, resume ----------------------------------------------------------------------
 
@@ -402,6 +408,41 @@ class TrainingLauncher:
             self._processes[run_id] = proc
         self.store.update_training_run(run_id, status="running", pid=proc.pid, host=socket.gethostname(),
                                        error=None, finished_at=None)
+        self.follow(run_id)
+
+    def follow(self, run_id: int) -> None:
+        """Poll the run in a background thread until its final state is in the store, so that it is recorded
+        even when no page is open, and retried when the store is busy."""
+        with self._lock:
+            if run_id in self._followed:
+                return
+            self._followed.add(run_id)
+        threading.Thread(target=self._follow, args=(run_id,), name=f"training-run-{run_id}", daemon=True).start()
+
+    def follow_unfinished(self) -> list[int]:
+        """At start: follow the runs an earlier UI process left running (their trainers may still be going)."""
+        unfinished = [r.id for r in self.store.list_training_runs(limit=1000) if not r.finished and r.source == "ui"]
+        for run_id in unfinished:
+            self.follow(run_id)
+        return unfinished
+
+    def _follow(self, run_id: int) -> None:
+        pause = FOLLOW_S
+        try:
+            while True:
+                time.sleep(pause)
+                try:
+                    if self.poll(run_id)[0].finished:
+                        return
+                    pause = FOLLOW_S
+                except NotFound:
+                    return                                   # forgotten meanwhile
+                except Exception:                            # a busy store above all: keep trying, less often
+                    log.warning("training run %s: could not record its progress; retrying", run_id, exc_info=True)
+                    pause = min(pause * 2, 30.0)
+        finally:
+            with self._lock:
+                self._followed.discard(run_id)
 
     def cancel(self, run_id: int) -> bool:
         """Ask the trainer to stop after its current step (it saves a checkpoint). False if it is not running."""
@@ -469,7 +510,13 @@ class TrainingLauncher:
         return not pid_alive(run.pid, run.events_path), None
 
     def poll(self, run_id: int) -> tuple[TrainingRun, TrainingProgress]:
-        """Read new events into the run's progress and store what changed; notice a dead trainer."""
+        """Read new events into the run's progress and store what changed; notice a dead trainer. The row it
+        returns is what the store holds after this poll: the one source of the step every view shows. If the
+        store is busy the events stay read and the changes are stored by the next poll."""
+        with self._polling:
+            return self._poll(run_id)
+
+    def _poll(self, run_id: int) -> tuple[TrainingRun, TrainingProgress]:
         run = self.store.get_training_run(run_id)
         reader, progress = self._state(run)
         if run.finished:

@@ -41,7 +41,8 @@ class FakeModel(LoadedModel):
                 raise RuntimeError(f"fake model cannot read {doc.id}")
             time.sleep(options.get("delay", 0.0))
             self._tokens += len(doc.text)
-            yield Result(doc.id, [[Span("first", doc.text[0], (0, 1), 1.0)]])
+            # option "tuples": that many copies of the one tuple (a document that yields too many)
+            yield Result(doc.id, [[Span("first", doc.text[0], (0, 1), 1.0)] for _ in range(options.get("tuples", 1))])
 
     def set_dtype(self, dtype: str) -> None:
         self.knobs.dtype = dtype

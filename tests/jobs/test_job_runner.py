@@ -113,6 +113,58 @@ def test_cancel_stops_between_slices_and_requeue_finishes_the_rest(store, fake, 
     assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs]
 
 
+def test_resume_right_after_cancel_while_the_slice_is_still_in_hand_gets_a_worker(store, fake, weights):
+    docs = documents(16)
+    job_id = create(store, weights, docs=docs)
+    fake.GATES["doc-5"] = gate = threading.Event()                     # slice 2 (docs 4..7) blocks at doc-5
+    runner = JobRunner(store, slice_size=4)
+    runner.submit(job_id)
+    wait_for(lambda: "doc-5" in [doc for _, doc in fake.PROCESSED], what="slice 2 to start")
+    assert runner.cancel(job_id)
+    assert store.requeue_job(job_id)                  # Resume, before the cancelled session has ended
+    runner.submit(job_id)
+    gate.set()
+    assert runner.wait(job_id, timeout=60)
+    assert_each_document_once_in_order(store, job_id, docs)
+    assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs]
+
+
+def test_documents_done_inside_a_long_slice_show_in_the_job_progress(store, fake, weights):
+    docs = documents(8)
+    job_id = create(store, weights, docs=docs)
+    fake.GATES["doc-5"] = gate = threading.Event()                     # the one slice blocks at doc-5
+    runner = JobRunner(store, slice_size=8, progress_s=0.0)
+    runner.submit(job_id)
+    try:
+        wait_for(lambda: store.get_job(job_id).done == 5, timeout=30, what="docs 0..4 to be committed mid-slice")
+        assert [r is not None for _, r in store.job_results(job_id)] == [True] * 5 + [False] * 3
+    finally:
+        gate.set()
+    assert runner.wait(job_id, timeout=60)
+    assert_each_document_once_in_order(store, job_id, docs)
+
+
+def test_a_slice_whose_commit_meets_a_busy_store_is_committed_once_the_store_frees(store, fake, weights,
+                                                                                   monkeypatch):
+    from storage.views import StoreBusy
+    docs = documents(6)
+    job_id = create(store, weights, docs=docs)
+    real, calls = store.complete_items, []
+
+    def busy_at_first(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreBusy("locked by another process")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "complete_items", busy_at_first)
+    runner = JobRunner(store, slice_size=4)
+    runner.busy_delays = (0.01,)
+    runner.run_job(job_id)
+    assert_each_document_once_in_order(store, job_id, docs)
+    assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs]      # nothing computed twice
+
+
 def test_cancelled_queued_job_never_runs(store, fake, weights):
     job_id = create(store, weights)
     assert store.cancel_job(job_id)

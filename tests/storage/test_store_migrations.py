@@ -28,6 +28,8 @@ def test_previous_schema_upgrades_to_head_and_indexes_existing_runs(tmp_path):
     path = tmp_path / "runs.db"
     engine = create_sqlite_engine(path)
     assert migrations.migrate(engine, upto="m001_initial") == ["m001_initial"]
+    with engine.begin() as conn:                           # today's ORM writes finished_at (m005 adds it if missing)
+        conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN finished_at TEXT")
     engine.dispose()
     docs, results = ner_run()
     run_id = record_in_older_schema(path, make_report(results), docs, "ui")     # what v1-era code wrote
@@ -48,7 +50,7 @@ def record_in_older_schema(path, report, docs, source) -> int:
     """A run written into an older schema: the head's rows, less the columns added since."""
     from sqlalchemy import inspect as inspect_object
 
-    from storage.records import run_record
+    from storage.records import document_record, run_header
     engine = create_sqlite_engine(path)
     present = {t: {c["name"] for c in inspect(engine).get_columns(t)} for t in ("runs", "documents", "results")}
 
@@ -56,14 +58,34 @@ def record_in_older_schema(path, report, docs, source) -> int:
         mapper = inspect_object(obj).mapper
         values = {p.columns[0].name: getattr(obj, p.key) for p in mapper.column_attrs} | extra
         return {k: v for k, v in values.items() if k in present[mapper.local_table.name] and k != "id"}
-    run = run_record(report, docs, source, None, None)
+    run = run_header(report, len(docs), source, None, None)
     with engine.begin() as conn:
         run_id = conn.execute(run.__table__.insert().values(row(run))).inserted_primary_key[0]
-        for d in run.documents:
+        for position, (doc, result) in enumerate(zip(docs, report.results)):
+            d = document_record(run_id, position, doc, result)
             doc_id = conn.execute(d.__table__.insert().values(row(d, run_id=run_id))).inserted_primary_key[0]
             conn.execute(d.result.__table__.insert().values(row(d.result, document_id=doc_id)))
     engine.dispose()
     return run_id
+
+
+def test_runs_recorded_before_m005_get_a_finish_time_and_history_lists_them_by_it(tmp_path):
+    path = tmp_path / "runs.db"
+    engine = create_sqlite_engine(path)
+    migrations.migrate(engine, upto="m003_datasets_and_training_runs")
+    columns = ("created_at, source, model, weights, demo, device, dtype, attention, optimizations, batch_size, "
+               "options, documents, wall_seconds, tokens")
+    with engine.begin() as conn:
+        for created, wall in (("2026-03-01 10:00:00.000000", 100.25), ("2026-03-01 10:01:00.000000", 1.0)):
+            conn.exec_driver_sql(f"INSERT INTO runs ({columns}) VALUES (?, 'batch', 'm', '', 0, 'cpu', 'fp32', "
+                                 "'eager', '{}', 8, '{}', 0, ?, 0)", (created, wall))
+    engine.dispose()
+    store = open_store(path)
+    long_run, short_run = store.search_runs()             # started first, finished last: listed first
+    assert (long_run.id, short_run.id) == (1, 2)
+    assert long_run.finished_at.isoformat() == "2026-03-01T10:01:40.250000+00:00"
+    assert short_run.finished_at.isoformat() == "2026-03-01T10:01:01+00:00"
+    store.close()
 
 
 def test_migrations_are_idempotent(tmp_path):

@@ -12,7 +12,7 @@ def test_every_page_renders_without_an_exception(app):
     at = app.run()
     for page in ("extract", "batch", "history", "review", "datasets", "finetune", "thresholds", "optimizations",
                  "monitor", "plugins"):
-        at.switch_page(f"pages/{page}.py").run()
+        at.switch_page(f"screens/{page}.py").run()
         assert not at.exception, page
         assert not at.error, page
 
@@ -26,7 +26,7 @@ def test_demo_weights_carry_an_unmistakable_banner_and_real_ones_do_not(app, ui_
 
 
 def test_the_plugins_page_lists_plugins_with_versions_hooks_and_source(app):
-    at = app.run().switch_page("pages/plugins.py").run()
+    at = app.run().switch_page("screens/plugins.py").run()
     table = at.dataframe[0].value
     fake = table[table["name"] == "undo-fake-ie"].iloc[0]
     assert fake["source"] == "built-in" and fake["version"]
@@ -46,3 +46,12 @@ def test_jobs_left_queued_by_a_previous_process_resume_when_the_app_starts(app, 
     while not state.store().get_job(job_id).finished and time.time() < deadline:
         time.sleep(0.05)
     assert state.store().get_job(job_id).status == "done"
+
+
+def test_no_folder_beside_app_py_is_streamlits_legacy_pages_folder():
+    # A `pages/` folder beside the main script switches a process into Streamlit's legacy multipage mode
+    # when a page URL is the first request (app.py, its sidebar and the job runner would never run).
+    from pathlib import Path
+
+    from tests.ui.conftest import APP
+    assert not (Path(APP).parent / "pages").exists()

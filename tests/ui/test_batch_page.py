@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 from tests.ui.conftest import APP
 from workstation.ui import state
 
-PAGE = "pages/batch.py"
+PAGE = "screens/batch.py"
 
 
 def start(at):
@@ -84,9 +84,19 @@ def test_invalid_lines_can_be_skipped_and_are_reported(app):
     assert job.total == 1
 
 
-def test_a_server_side_path_works_and_a_missing_one_is_an_error(app, ui_env):
+def open_folders(ui_env, monkeypatch, *folders, host="127.0.0.1"):
+    """settings.toml with [batch] input_folders and [ui] host."""
+    from tests.ui.conftest import write_settings
+    from workstation import settings
+    listed = ", ".join(f'"{f}"' for f in folders)
+    monkeypatch.setattr(settings, "DEFAULT_PATH", write_settings(
+        ui_env, ui_env / "fake-weights", f'[batch]\ninput_folders = [{listed}]\n\n[ui]\nhost = "{host}"\n'))
+
+
+def test_a_server_side_path_works_and_a_missing_one_is_an_error(app, ui_env, monkeypatch):
     path = ui_env / "in.csv"
     path.write_text("id,text\n1,Alice\n2,Paris\n", encoding="utf-8")
+    open_folders(ui_env, monkeypatch, ui_env)
     at = app.run().switch_page(PAGE).run()
     at.radio(key="batch_source").set_value("A file on this machine").run()
     at.text_input(key="batch_path").input(str(ui_env / "missing.csv")).run()
@@ -96,6 +106,43 @@ def test_a_server_side_path_works_and_a_missing_one_is_an_error(app, ui_env):
     start(at)
     [job] = state.store().list_jobs()
     assert job.total == 2 and wait_done(job.id).status == "done"
+
+
+def test_a_path_outside_the_configured_folders_is_refused(app, ui_env, monkeypatch):
+    allowed, secret = ui_env / "corpora", ui_env / "secret.csv"
+    allowed.mkdir()
+    secret.write_text("id,text\n1,password\n", encoding="utf-8")
+    (allowed / "link.csv").symlink_to(secret)
+    open_folders(ui_env, monkeypatch, allowed)
+    at = app.run().switch_page(PAGE).run()
+    at.radio(key="batch_source").set_value("A file on this machine").run()
+    for attempt in (str(secret), str(allowed / ".." / "secret.csv"), "link.csv"):
+        at.text_input(key="batch_path").input(attempt).run()
+        start(at)
+        assert any("is not inside a folder open to the Batch page" in e.value for e in at.error), attempt
+    assert state.store().list_jobs() == []
+
+
+def test_no_configured_folder_means_uploads_only(app, ui_env):
+    at = app.run().switch_page(PAGE).run()
+    at.radio(key="batch_source").set_value("A file on this machine").run()
+    assert any("No folder is open to the Batch page" in i.value for i in at.info)
+    assert not [t for t in at.text_input if t.key == "batch_path"]
+
+
+def test_reading_by_path_is_refused_when_the_ui_listens_beyond_loopback(app, ui_env, monkeypatch):
+    path = ui_env / "in.csv"
+    path.write_text("id,text\n1,Alice\n", encoding="utf-8")
+    open_folders(ui_env, monkeypatch, ui_env)
+    at = app.run().switch_page(PAGE).run()
+    at.radio(key="batch_source").set_value("A file on this machine").run()
+    at.text_input(key="batch_path").input(str(path)).run()
+    open_folders(ui_env, monkeypatch, ui_env, host="0.0.0.0")          # settings.toml now exposes the UI
+    at.run()
+    assert at.radio(key="batch_source").options == ["Upload a file"]
+    assert not [t for t in at.text_input if t.key == "batch_path"]
+    start(at)
+    assert not at.exception and state.store().list_jobs() == []
 
 
 def test_a_running_job_can_be_cancelled_from_the_page(app):

@@ -1,4 +1,5 @@
-"""End to end in a real browser: `streamlit run` + Debian's Chromium driven by Playwright.
+"""End to end in a real browser: the UI server (`python -m workstation.ui.server`) and Debian's Chromium,
+driven by Playwright.
 
 Runs the real RexUniNLU and SeqGPT plugins on tiny demo weights written into a tmp dir: extract, see the
 result drawn, find the run in History, download an export, run a batch, see the unread part of a long
@@ -15,8 +16,11 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -36,9 +40,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def server(tmp_path):
-    """The app on a free port, with settings, database and tiny demo weights in tmp."""
+def write_server_settings(tmp_path: Path) -> Path:
+    """Settings, database and tiny demo weights in tmp; the UI on a free port."""
     from plugins.rexuninlu.family import RexUniNLU
     from plugins.seqgpt.family import SeqGPT
     demo = tmp_path / "demo-weights"
@@ -60,15 +63,26 @@ demo_size = "tiny"
 
 [monitor]
 interval_s = 1.0
+
+[ui]
+host = "127.0.0.1"
+port = {free_port()}
 """, encoding="utf-8")
-    port = free_port()
+    return settings
+
+
+@contextmanager
+def running_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """What `python3 launcher.py` starts (the job runner, then Streamlit, in one process), on the settings
+    in tmp (written first if they are not there yet). Yields (url, tmp) once the server answers."""
+    settings = tmp_path / "settings.toml"
+    if not settings.exists():
+        write_server_settings(tmp_path)
+    port = tomllib.loads(settings.read_text("utf-8"))["ui"]["port"]
     env = {**os.environ, "IEW_SETTINGS": str(settings), "CUDA_VISIBLE_DEVICES": "", "IEW_LOAD_PLUGINS": ""}
     log = open(tmp_path / "streamlit.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "workstation" / "ui" / "app.py"),
-         "--server.address", "127.0.0.1", "--server.port", str(port), "--server.headless", "true",
-         "--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([sys.executable, "-m", "workstation.ui.server"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -88,6 +102,12 @@ interval_s = 1.0
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture
+def server(tmp_path):
+    with running_server(tmp_path) as running:
+        yield running
 
 
 @pytest.fixture
@@ -183,7 +203,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     page.get_by_test_id("stTextInputRootElement").first.locator("input").fill("矫情的")
     page.keyboard.press("Enter")
     settle(page)
-    assert "1 run(s) match." in page.get_by_test_id("stMain").inner_text()
+    assert "1 run(s) match, the latest finished first." in page.get_by_test_id("stMain").inner_text()
     page.get_by_test_id("stMultiSelect").click()
     page.get_by_role("option").filter(has_text="1 · rexuninlu").click()
     page.keyboard.press("Escape")
@@ -213,8 +233,12 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     page.get_by_test_id("stFileUploader").get_by_text("batch.jsonl").wait_for()     # the upload has landed
     settle(page)
     click(page, "Start batch job")
+    settle(page)
     page.get_by_text("Job 1 · batch.jsonl").wait_for()
     page.get_by_text("6 / 6 documents").wait_for(timeout=120_000)
+    deadline = time.time() + 60                 # every document is done; the run is being recorded
+    while store.get_job(1).status != "done" and time.time() < deadline:
+        time.sleep(0.2)
     settle(page)
     assert store.get_job(1).status == "done"
     shot(page, shots, "batch")
@@ -398,3 +422,18 @@ def test_a_long_text_shows_what_seqgpt_read_and_window_mode_reads_it_all(server,
     shot(page, shots, "history-coverage")
     assert page.get_by_test_id("stException").count() == 0
     store.close()
+
+
+def test_a_page_url_opened_first_after_a_start_still_runs_the_app_shell(server, page):
+    """An open Batch tab reconnecting after a restart: the first request is /batch, not /."""
+    url, tmp = server
+    page.goto(f"{url}/batch")
+    settle(page)
+    page.get_by_role("heading", name="Batch").wait_for()
+    assert page.get_by_text("RANDOM DEMO WEIGHTS: outputs are meaningless").first.is_visible()
+    sidebar = page.get_by_test_id("stSidebar")
+    assert sidebar.get_by_test_id("stSelectbox").filter(has_text="Model").count() == 1
+    nav = page.get_by_test_id("stSidebarNav").inner_text()
+    assert "Fine-tune" in nav and "GPU monitor" in nav and "finetune" not in nav      # titles, not file names
+    go(page, "History")
+    assert page.get_by_test_id("stException").count() == 0

@@ -13,7 +13,7 @@ TEXT = "Alice met Bob in Paris. Later Alice wrote to Bob from Rome."
 
 
 def run_extract(at, read_last: int = 0, long_text: str | None = None) -> int:
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     at.text_area(key="text:fakeie").input(TEXT).run()
     if read_last:
         at.number_input(key="extract:fakeie:read_last").set_value(read_last).run()
@@ -52,7 +52,7 @@ def test_history_lists_and_filters_cut_runs_and_greys_the_opened_document(app):
     at = app.run()
     whole = run_extract(at)
     cut = run_extract(at, read_last=20)
-    at.switch_page("pages/history.py").run()
+    at.switch_page("screens/history.py").run()
     table = at.dataframe[0].value
     assert dict(zip(table["run"], table["cut"])) == {cut: "1 of 1", whole: "—"}
     documents = at.dataframe[1].value
@@ -67,7 +67,7 @@ def test_history_lists_and_filters_cut_runs_and_greys_the_opened_document(app):
 @pytest.mark.parametrize("text", ['<script>alert(1)</script> and more text before the end'])
 def test_greyed_text_is_escaped(app, text):
     at = app.run()
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     at.text_area(key="text:fakeie").input(text).run()
     at.number_input(key="extract:fakeie:read_last").set_value(10).run()
     button(at, "Run").click().run()

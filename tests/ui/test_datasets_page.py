@@ -6,7 +6,7 @@ from pathlib import Path
 
 from workstation.ui import state
 
-PAGE = "pages/datasets.py"
+PAGE = "screens/datasets.py"
 TEXT = "Alice works at Acme in Paris."
 
 

@@ -14,7 +14,7 @@ from tests.ui.conftest import APP
 from workstation.domain import Document
 from workstation.ui import state
 
-PAGE = "pages/finetune.py"
+PAGE = "screens/finetune.py"
 FAKE = Path(__file__).resolve().parents[1] / "workstation" / "fake_trainer.py"
 
 
@@ -91,7 +91,7 @@ def test_a_run_is_followed_to_the_end_and_its_weights_are_used_by_extract(app, t
     weights = next(s for s in fresh.run().sidebar.selectbox if s.label == "Weights")
     assert weights.value == run.output_dir and weights.options[-1].startswith(f"fine-tune #{run_id} on people")
     assert not fresh.warning                                           # no demo banner: these are not demo weights
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     next(b for b in at.button if b.label == "Run").click().run()
     recorded = state.store().get_run(at.session_state["extract_run_id"])
     assert recorded.summary.weights == run.output_dir
@@ -159,3 +159,15 @@ def test_a_cli_run_is_listed_with_its_before_and_after(app, trainer, ui_env):
     table = next(d.value for d in at.dataframe if "ΔF1" in d.value.columns)
     assert table["ΔF1"][0] == pytest.approx(0.25)
     assert any("output directory" in w.value and "is gone" in w.value for w in at.warning)
+
+
+def test_the_runs_table_and_the_panel_show_the_same_step_while_a_run_goes(app, trainer):
+    trainer.setenv("FAKE_TRAINER_STEP_S", "0.3")
+    at, run_id = start(app)
+    wait(run_id, lambda r, p: p.step >= 2)
+    at.run()
+    table = at.dataframe[0].value
+    step = int(table[table["run"] == run_id].iloc[0]["steps"].split(" / ")[0])
+    [bar] = [p.proto.text for p in at.get("progress")]
+    assert step >= 2 and bar.startswith(f"step {step:,} / ")
+    state.training_launcher().cancel(run_id)

@@ -7,7 +7,7 @@ import pytest
 
 from workstation.ui import state
 
-PAGE = "pages/history.py"
+PAGE = "screens/history.py"
 
 
 def button(at, label):
@@ -15,7 +15,7 @@ def button(at, label):
 
 
 def open_run(at, text: str, schema: dict, task: str | None = None) -> int:
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     if task:
         at.selectbox(key="task:fakeie").select(task).run()
     at.text_area(key="schema:fakeie").input(json.dumps(schema))

@@ -8,7 +8,7 @@ import pytest
 
 from workstation.ui import state
 
-PAGE = "pages/history.py"
+PAGE = "screens/history.py"
 
 
 def button(at, label):
@@ -16,7 +16,7 @@ def button(at, label):
 
 
 def extract(at, text: str, schema: dict | None = None) -> int:
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     if schema is not None:
         at.text_area(key="schema:fakeie").input(json.dumps(schema))
     at.text_area(key="text:fakeie").input(text).run()
@@ -109,3 +109,18 @@ def test_a_selection_exports_in_every_format(two_runs, fmt):
     if fmt == "jsonl":
         lines = [json.loads(x) for x in Path(path).read_text("utf-8").splitlines()]
         assert len(lines) == 2 and {s["span"] for t in lines[1]["output"] for s in t} >= {"Alice"}
+
+
+def test_runs_are_listed_by_finish_time_and_the_page_says_so(app, ui_env):
+    from tests.storage.sample_runs import make_report, ner_run
+    docs, results = ner_run()
+    store = state.store()
+    long_job = store.record_run(make_report(results, started_at="2026-03-01T10:00:00+00:00"), docs, "batch")
+    quick = store.record_run(make_report(results, started_at="2026-03-01T10:05:00+00:00"), docs, "ui")
+    with store.engine.begin() as conn:                     # the long job started first but finished last
+        conn.exec_driver_sql("UPDATE runs SET finished_at = '2026-03-01 11:00:00.000000' WHERE id = ?", (long_job,))
+        conn.exec_driver_sql("UPDATE runs SET finished_at = '2026-03-01 10:05:02.000000' WHERE id = ?", (quick,))
+    at = app.run().switch_page(PAGE).run()
+    assert listed(at) == [long_job, quick]
+    assert any("the latest finished first" in c.value for c in at.caption)
+    assert list(at.dataframe[0].value.columns[:3]) == ["run", "finished", "started"]

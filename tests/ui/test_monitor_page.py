@@ -7,7 +7,7 @@ import time
 from workstation.monitor import FakeMonitor
 from workstation.ui import state
 
-PAGE = "pages/monitor.py"
+PAGE = "screens/monitor.py"
 
 
 def wait_for_samples(n: int) -> None:
@@ -45,6 +45,6 @@ def test_without_an_nvidia_gpu_the_page_says_so_and_the_app_works(app, monkeypat
     at = app.run().switch_page(PAGE).run()
     assert not at.exception
     assert any(i.value.startswith("No NVIDIA GPU: no NVIDIA GPU (NVML Shared Library Not Found)") for i in at.info)
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     next(b for b in at.button if b.label == "Run").click().run()
     assert not at.exception and not at.error

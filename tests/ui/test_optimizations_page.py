@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from workstation.ui import state
 
-PAGE = "pages/optimizations.py"
+PAGE = "screens/optimizations.py"
 
 
 def button(at, label):
@@ -49,7 +49,7 @@ def test_toggle_then_run_again_compares_time_and_memory_side_by_side(app):
 def test_the_choice_carries_to_the_extract_page(app):
     at = app.run().switch_page(PAGE).run()
     at.toggle(key="opt:fake-fast").set_value(True).run()
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     assert "Chosen optimizations: fake-fast" in captions(at)
     next(b for b in at.button if b.label == "Run").click().run()
     run = state.store().get_run(at.session_state["extract_run_id"])

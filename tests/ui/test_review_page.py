@@ -16,7 +16,7 @@ def frame(at, column: str):
 
 
 def extract(at, text: str, schema: dict) -> int:
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     at.text_area(key="schema:fakeie").input(json.dumps(schema))
     at.text_area(key="text:fakeie").input(text).run()
     button(at, "Run").click().run()
@@ -34,7 +34,7 @@ def two_runs(at) -> tuple[int, int]:
 def test_history_compare_shows_the_agreement_per_type(app):
     at = app.run()
     a, b = two_runs(at)
-    at.switch_page("pages/history.py").run()
+    at.switch_page("screens/history.py").run()
     at.multiselect(key="history_selected").set_value([a, b]).run()
     button(at, "Compare").click().run()
     assert not at.exception
@@ -49,7 +49,7 @@ def test_review_queue_decisions_fill_the_gold_draft_and_save_an_example(app):
     at = app.run()
     a, b = two_runs(at)
     calm = extract(at, "Nothing here.", {"Alice": None})                  # a third run, not part of the pair
-    at.switch_page("pages/review.py").run()
+    at.switch_page("screens/review.py").run()
     assert not at.exception and any("open the review queue" in i.value for i in at.info)
     at.selectbox(key="review_run_a").set_value(a)
     at.selectbox(key="review_run_b").set_value(b).run()
@@ -78,7 +78,7 @@ def test_review_queue_decisions_fill_the_gold_draft_and_save_an_example(app):
 
 def test_run_both_models_records_two_runs_and_opens_them(app):
     at = app.run()
-    at.switch_page("pages/review.py").run()
+    at.switch_page("screens/review.py").run()
     at.selectbox(key="review_model_a").set_value("fakeie")
     at.selectbox(key="review_model_b").set_value("fakeie")
     at.text_input(key="review_types").input("Alice, Paris")
@@ -95,7 +95,7 @@ def test_run_both_models_records_two_runs_and_opens_them(app):
 
 def test_bad_review_input_is_refused_with_a_message(app):
     at = app.run()
-    at.switch_page("pages/review.py").run()
+    at.switch_page("screens/review.py").run()
     at.text_area(key="review_texts").input("Alice").run()
     button(at, "Run both").click().run()
     assert "give at least one type" in " ".join(e.value for e in at.error)
@@ -112,7 +112,7 @@ def test_tune_save_and_apply_thresholds_from_extract(app):
                  [[{"type": "good" if i % 2 else "bad", "span": "good" if i % 2 else "bad", "offset": None}]])
                 for i in range(4)]
     store.add_gold_examples("cls-gold", "fakeie", examples, source="jsonl")
-    at.switch_page("pages/thresholds.py").run()
+    at.switch_page("screens/thresholds.py").run()
     assert not at.exception
     button(at, "Tune").click().run()
     assert not at.exception and not at.error
@@ -123,7 +123,7 @@ def test_tune_save_and_apply_thresholds_from_extract(app):
     weights, _ = state.weights_for("fakeie")
     assert store.thresholds_for("fakeie", weights).thresholds["good"] == 0.75
 
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     at.text_area(key="schema:fakeie").input(json.dumps(schema))
     at.text_area(key="text:fakeie").input("[CLASSIFY]fine").run()
     button(at, "Run").click().run()
@@ -141,7 +141,7 @@ def test_decisions_survive_paging_through_many_disagreements(app):
     text = " ".join(["Alice"] * 25)
     a = extract(at, text, {"Alice": None})
     b = extract(at, text, {"Bob": None})                                 # 25 disagreements, all "only A"
-    at.switch_page("pages/review.py").run()
+    at.switch_page("screens/review.py").run()
     at.selectbox(key="review_run_a").set_value(a)
     at.selectbox(key="review_run_b").set_value(b).run()
     button(at, "Review these runs").click().run()
@@ -160,7 +160,7 @@ def test_a_rerun_applies_the_thresholds_its_run_recorded(app):
     store = state.store()
     weights, _ = state.weights_for("fakeie")
     store.save_thresholds("fakeie", weights, {"good": 0.9}, {}, "gold")
-    at.switch_page("pages/extract.py").run()
+    at.switch_page("screens/extract.py").run()
     at.text_area(key="schema:fakeie").input(json.dumps({"good": None}))
     at.text_area(key="text:fakeie").input("[CLASSIFY]fine").run()
     at.toggle(key="thresholds-on:fakeie").set_value(True).run()
@@ -168,7 +168,7 @@ def test_a_rerun_applies_the_thresholds_its_run_recorded(app):
     strict = at.session_state["extract_run_id"]
     assert store.get_run(strict).items[0][1].tuples == []               # 0.75 < 0.9: the label is left out
     store.delete_thresholds("fakeie", weights)                          # the re-run uses the run's own record
-    at.switch_page("pages/history.py").run()
+    at.switch_page("screens/history.py").run()
     at.multiselect(key="history_selected").set_value([strict]).run()
     button(at, "Re-run").click().run()
     assert not at.exception and not at.error

@@ -194,3 +194,25 @@ def test_the_cli_args_match_the_trainers_parser(tmp_path):
     assert (parsed.lr, parsed.events, parsed.eval) == (3e-5, Path("e.jsonl"), Path("d.jsonl"))
     assert [n for item in parsed.optimizations for n in ([item] if isinstance(item, str) else item)] == \
         ["gradient-checkpointing", "flash-attention"]
+
+
+def test_the_final_state_is_recorded_with_no_one_polling_even_through_a_busy_store(store, dataset, tmp_path,
+                                                                                    monkeypatch):
+    import sqlite3
+    import threading
+
+    from storage.repository import Store
+    monkeypatch.setattr(tr, "FOLLOW_S", 0.05)
+    quick = Store(store.path, busy_timeout_ms=20, retry_delays=())          # gives up on a lock at once
+    launch = launcher(quick, tmp_path, FAKE_TRAINER_STEP_S="0.05")
+    run_id = launch.start(request(tmp_path, dataset))
+    other = sqlite3.connect(store.path, timeout=5, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")                                        # locked while the trainer finishes
+    threading.Timer(1.5, lambda: other.execute("ROLLBACK")).start()
+    deadline = time.time() + 30
+    while store.get_training_run(run_id).status == "running" and time.time() < deadline:
+        time.sleep(0.05)
+    run = store.get_training_run(run_id)
+    assert run.status == "completed" and run.finished_at is not None and run.step == run.total_steps == 8
+    other.close()
+    quick.close()

@@ -1,1 +1,1 @@
-"""The Streamlit UI: app.py (entry, navigation), pages/, and the pieces the pages share."""
+"""The Streamlit UI: app.py (entry, navigation), screens/ (one script per page), and the pieces they share."""

@@ -1,6 +1,7 @@
-"""The Streamlit entry point: `streamlit run workstation/ui/app.py` (what `python3 launcher.py` starts).
+"""The Streamlit main script, run for every browser session whichever page URL it opens first
+(`python3 launcher.py` serves it through workstation/ui/server.py, which starts the job runner first).
 
-Pages are discovered here; models, tasks and optimizations are discovered through the plugin manager
+Pages are listed here (scripts in screens/); models, tasks and optimizations are discovered through the plugin manager
 (workstation.plugins), never by name.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ import streamlit as st  # noqa: E402
 from workstation.models import DEMO_NOTICE  # noqa: E402
 from workstation.ui import state  # noqa: E402
 
-PAGES = Path(__file__).parent / "pages"
+SCREENS = Path(__file__).parent / "screens"
 
 st.set_page_config(page_title="IE Workstation", page_icon=":material/manage_search:", layout="wide")
 
@@ -60,22 +61,29 @@ def weights_choice(name: str) -> None:
 
 nav = st.navigation({
     "Work": [
-        st.Page(PAGES / "extract.py", title="Extract", icon=":material/manage_search:", default=True),
-        st.Page(PAGES / "batch.py", title="Batch", icon=":material/inventory_2:"),
-        st.Page(PAGES / "history.py", title="History", icon=":material/history:"),
-        st.Page(PAGES / "review.py", title="Review", icon=":material/rule:"),
+        st.Page(SCREENS / "extract.py", title="Extract", icon=":material/manage_search:", default=True),
+        st.Page(SCREENS / "batch.py", title="Batch", icon=":material/inventory_2:"),
+        st.Page(SCREENS / "history.py", title="History", icon=":material/history:"),
+        st.Page(SCREENS / "review.py", title="Review", icon=":material/rule:"),
     ],
     "Training": [
-        st.Page(PAGES / "datasets.py", title="Datasets", icon=":material/dataset:"),
-        st.Page(PAGES / "finetune.py", title="Fine-tune", icon=":material/model_training:"),
-        st.Page(PAGES / "thresholds.py", title="Thresholds", icon=":material/filter_alt:"),
+        st.Page(SCREENS / "datasets.py", title="Datasets", icon=":material/dataset:"),
+        st.Page(SCREENS / "finetune.py", title="Fine-tune", icon=":material/model_training:"),
+        st.Page(SCREENS / "thresholds.py", title="Thresholds", icon=":material/filter_alt:"),
     ],
     "System": [
-        st.Page(PAGES / "optimizations.py", title="Optimizations", icon=":material/tune:"),
-        st.Page(PAGES / "monitor.py", title="GPU monitor", icon=":material/monitoring:"),
-        st.Page(PAGES / "plugins.py", title="Plugins", icon=":material/extension:"),
+        st.Page(SCREENS / "optimizations.py", title="Optimizations", icon=":material/tune:"),
+        st.Page(SCREENS / "monitor.py", title="GPU monitor", icon=":material/monitoring:"),
+        st.Page(SCREENS / "plugins.py", title="Plugins", icon=":material/extension:"),
     ],
 })
-sidebar()
-state.job_runner()                      # first run in this process resumes unfinished batch jobs
-nav.run()
+
+
+@state.survives_busy_store
+def run_page() -> None:
+    sidebar()
+    state.job_runner()                  # the server started it already (server.py); `streamlit run` starts it here
+    nav.run()
+
+
+run_page()

@@ -5,9 +5,12 @@ models, the store, the GPU recorder and the job runner live here, once per proce
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import streamlit as st
+
+from storage.views import StoreBusy
 
 from workstation import plugins
 from workstation.monitor import GpuRecorder, NvmlMonitor
@@ -24,6 +27,12 @@ HISTORY_WINDOW_S = 600
 
 def settings() -> Settings:
     return load_settings()               # cheap; re-read so settings.toml edits show up on the next rerun
+
+
+def bound_host() -> str | None:
+    """The address the server listens on: Streamlit's --server.address when given (launcher.py always
+    gives settings.toml's), else settings.toml's [ui] host."""
+    return st.get_option("server.address") or settings().ui_host
 
 
 @st.cache_resource(show_spinner=False)
@@ -68,14 +77,28 @@ def job_runner():
 @st.cache_resource(show_spinner=False)
 def _training_launcher(db_path: str, command: tuple[str, ...] | None):
     from workstation.training_runs import TrainingLauncher
-    return TrainingLauncher(_store(db_path), Path(db_path).parent / "training-runs",
-                            list(command) if command else None)
+    launcher = TrainingLauncher(_store(db_path), Path(db_path).parent / "training-runs",
+                                list(command) if command else None)
+    launcher.follow_unfinished()        # once per process: runs left going by the last UI get their final state
+    return launcher
 
 
 def training_launcher():
     """Starts and follows fine-tuning processes (one per UI process; the processes outlive it)."""
     s = settings()
     return _training_launcher(str(s.path(s.database)), tuple(trainer_command) if trainer_command else None)
+
+
+def survives_busy_store(body):
+    """Show a busy database as a message instead of a traceback. app.py wraps every page run in this;
+    a fragment needs it too, because a fragment's own reruns do not pass through app.py."""
+    @functools.wraps(body)
+    def guarded(*args, **kwargs):
+        try:
+            return body(*args, **kwargs)
+        except StoreBusy as e:
+            st.error(str(e), icon=":material/hourglass_top:")
+    return guarded
 
 
 # --- per-tab choices -------------------------------------------------------------------------------

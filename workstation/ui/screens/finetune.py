@@ -199,8 +199,8 @@ def run_panel(run, progress) -> None:
                f"{render.md_text((run.datasets.get('eval') or {}).get('name') or (run.datasets.get('eval') or {}).get('path') or 'the training data')}"
                f" · from `{run.base_weights}` → `{run.output_dir}`" + (f" · device {device}" if device else "")
                + f" · {run.source}")
-    total = progress.total_steps or run.total_steps
-    step = progress.step or run.step or 0
+    total = run.total_steps or progress.total_steps
+    step = run.step or 0                 # the stored step, as in the runs table (launcher.poll just wrote it)
     if not run.finished or total:
         epoch = (progress.last or {}).get("epoch")
         epochs = (progress.start or {}).get("epochs")
@@ -268,50 +268,46 @@ def run_panel(run, progress) -> None:
                 st.rerun()
 
 
-@st.fragment(run_every=timedelta(seconds=1))
-def live_panel(run_id: int) -> None:
-    try:
-        run, progress = launcher.poll(run_id)
-    except NotFound as e:
-        st.info(str(e))
-        return
-    run_panel(run, progress)
-    if run.finished:
-        st.rerun()                       # leave the polling fragment for the finished view
-
-
 # ---- the page --------------------------------------------------------------------------------------------------
 
-# Unfinished runs are polled first, so the list below shows where each one is now.
-past = [r if r.finished else launcher.poll(r.id)[0] for r in store.list_training_runs(limit=200)]
-with st.expander("New fine-tune", expanded=not past):
+with st.expander("New fine-tune", expanded=not store.list_training_runs(limit=1)):
     new_run_form()
 
-if not past:
-    st.info("No fine-tuning runs yet.")
-    st.stop()
-by_id = {r.id: r for r in past}
-running = [r.id for r in past if not r.finished]
-if st.session_state.get("ft_run") not in by_id:
-    st.session_state["ft_run"] = running[0] if running else past[0].id
-if st.session_state.pop("ft_used", None):
-    st.toast("Extract and Batch now use the fine-tuned weights.")
 
-st.subheader("Runs")
-st.dataframe(pd.DataFrame([{
-    "run": r.id, "when": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"), "model": r.model,
-    "dataset": r.train_name, "status": r.status, "steps": f"{r.step or 0} / {r.total_steps or '?'}",
-    "F1 before": (r.evaluation_before or {}).get("overall", {}).get("f1"),
-    "F1 after": (r.evaluation_after or {}).get("overall", {}).get("f1"), "source": r.source,
-    "output": r.output_dir,
-} for r in past]), hide_index=True, width="stretch", key="ft_runs",
-    column_config={"F1 before": st.column_config.NumberColumn(format="%.3f"),
-                   "F1 after": st.column_config.NumberColumn(format="%.3f")})
-chosen = st.selectbox("Show run", list(by_id), key="ft_run",
-                      format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].train_name} · "
-                                            f"{by_id[i].created_at.astimezone():%m-%d %H:%M}")
-with st.container(border=True):
-    if by_id[chosen].finished:
-        run_panel(*launcher.poll(chosen))
-    else:
-        live_panel(chosen)
+def runs_view() -> None:
+    """The runs table and the chosen run's panel, from the same rows: unfinished runs are polled first (which
+    stores their progress), so the table and the panel show the same step. Refreshed every second while a
+    run is going."""
+    past = [r if r.finished else launcher.poll(r.id)[0] for r in store.list_training_runs(limit=200)]
+    if not past:
+        st.info("No fine-tuning runs yet.")
+        return
+    by_id = {r.id: r for r in past}
+    running = [r.id for r in past if not r.finished]
+    if st.session_state.get("ft_run") not in by_id:
+        st.session_state["ft_run"] = running[0] if running else past[0].id
+    if st.session_state.pop("ft_used", None):
+        st.toast("Extract and Batch now use the fine-tuned weights.")
+
+    st.subheader("Runs")
+    st.dataframe(pd.DataFrame([{
+        "run": r.id, "when": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M"), "model": r.model,
+        "dataset": r.train_name, "status": r.status, "steps": f"{r.step or 0} / {r.total_steps or '?'}",
+        "F1 before": (r.evaluation_before or {}).get("overall", {}).get("f1"),
+        "F1 after": (r.evaluation_after or {}).get("overall", {}).get("f1"), "source": r.source,
+        "output": r.output_dir,
+    } for r in past]), hide_index=True, width="stretch", key="ft_runs",
+        column_config={"F1 before": st.column_config.NumberColumn(format="%.3f"),
+                       "F1 after": st.column_config.NumberColumn(format="%.3f")})
+    chosen = st.selectbox("Show run", list(by_id), key="ft_run",
+                          format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].train_name} · "
+                                                f"{by_id[i].created_at.astimezone():%m-%d %H:%M}")
+    with st.container(border=True):
+        run_panel(by_id[chosen], launcher.poll(chosen)[1])     # the row of the table; the events for charts
+    was_running, st.session_state["ft_running"] = st.session_state.get("ft_running", False), bool(running)
+    if was_running and not running:
+        st.rerun()                       # the last run finished: leave the refreshing fragment
+
+
+any_running = any(not r.finished for r in store.list_training_runs(limit=200))
+st.fragment(run_every=timedelta(seconds=1) if any_running else None)(state.survives_busy_store(runs_view))()

@@ -14,6 +14,12 @@ from workstation.ui import exports, gold_editor, results, runs, state
 PAGE_SIZE = 50
 ANY = "(any)"
 
+
+
+def finished(run):
+    return run.finished_at or run.created_at
+
+
 st.title("History")
 store = state.store()
 choices = store.run_filters()
@@ -35,14 +41,15 @@ total = store.count_runs(**filters)
 pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
 page = st.number_input(f"Page (of {pages})", 1, pages, 1, key="history_page") if pages > 1 else 1
 found = store.search_runs(**filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
-st.caption(f"{total:,} run(s) match.")
+st.caption(f"{total:,} run(s) match, the latest finished first.")
 if not found:
     st.info("No runs yet: run something on the Extract or Batch page." if total == 0 and not any(filters.values())
             else "No run matches these filters.")
     st.stop()
 
 st.dataframe(pd.DataFrame([{
-    "run": r.id, "when": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), "source": r.source,
+    "run": r.id, "finished": finished(r).astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+    "started": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), "source": r.source,
     "model": r.model, "task": r.task or "", "documents": r.documents,
     "cut": f"{r.cut_documents} of {r.documents}" if r.cut_documents is not None else "—",
     "wall time (s)": round(r.wall_seconds, 3),
@@ -64,7 +71,7 @@ by_id = {r.id: r for r in found}
 st.session_state["history_selected"] = [i for i in st.session_state.get("history_selected", []) if i in by_id]
 selected = st.multiselect("Selected runs", list(by_id), key="history_selected",
                           format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].task or ''} · "
-                                                f"{by_id[i].created_at.astimezone():%m-%d %H:%M}")
+                                                f"{finished(by_id[i]).astimezone():%m-%d %H:%M}")
 b = st.columns(5)
 if b[0].button("Open", disabled=len(selected) != 1):
     st.session_state["history_view"] = ("open", selected[0])

@@ -10,7 +10,7 @@ import streamlit as st
 from workstation import plugins
 from workstation.domain import InputError
 from workstation.inputs import read_valid_documents
-from workstation.ui import gpu, render, runs, schema_editor, state
+from workstation.ui import gpu, local_files, render, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
 
 SUFFIXES = ["jsonl", "json", "csv", "txt"]
@@ -37,12 +37,23 @@ if st.session_state.get(TASK) not in presets:
 with st.container(border=True):
     st.markdown("**Input**: JSONL (`{\"id\", \"text\", \"schema\"}` or `{\"id\", \"text\", \"task\", \"labels\"}`), "
                 "TXT (one text a line) or CSV (a `text` column). Lines without a schema use the default below.")
-    source = st.radio("Source", ["Upload a file", "A file on this machine"], horizontal=True, key="batch_source")
+    path_refused = local_files.refusal(state.settings(), state.bound_host())
+    loopback = local_files.is_loopback(state.bound_host())
+    # Beyond loopback the choice is not offered at all (and read_input refuses it if a stale state asks).
+    sources = ["Upload a file", "A file on this machine"] if loopback else ["Upload a file"]
+    if st.session_state.get("batch_source") not in sources:
+        st.session_state["batch_source"] = sources[0]
+    source = st.radio("Source", sources, horizontal=True, key="batch_source")
     upload = path_text = None
     if source == "Upload a file":
         upload = st.file_uploader("Input file", type=SUFFIXES, key="batch_upload")
+    elif path_refused:
+        st.info(path_refused)
     else:
-        path_text = st.text_input("Path on the server", key="batch_path", placeholder="/data/news.jsonl")
+        folders = ", ".join(f"`{render.md_text(str(f))}`" for f in local_files.input_folders(state.settings()))
+        path_text = st.text_input("Path on the server", key="batch_path", placeholder="news.jsonl",
+                                  help="A file inside a folder of settings.toml's [batch] input_folders.")
+        st.caption(f"Folders open to Batch: {folders}")
     left, right = st.columns(2)
     left.selectbox("Default task", list(presets), key=TASK, on_change=load_preset,
                    format_func=lambda n: f"{presets[n].title} ({n})")
@@ -68,7 +79,7 @@ def read_input(default, skip_invalid: bool) -> tuple[list, list, str]:
             path.write_bytes(upload.getvalue())
             return *read_valid_documents(path, fam, default, skip_invalid), upload.name
     if path_text and path_text.strip():
-        path = Path(path_text.strip()).expanduser()
+        path = local_files.local_file(path_text, state.settings(), state.bound_host())
         return *read_valid_documents(path, fam, default, skip_invalid), str(path)
     raise InputError("choose a file to upload or type a path first")
 
@@ -105,6 +116,7 @@ st.subheader("Jobs")
 
 
 @st.fragment(run_every=timedelta(seconds=1))
+@state.survives_busy_store
 def jobs() -> None:
     store = state.store()
     listed = store.list_jobs(limit=20)
