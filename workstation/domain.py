@@ -5,7 +5,7 @@ spans with [start, end) character offsets into the document text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -38,6 +38,12 @@ class Span:
             out["grounded"] = self.grounded
         return out
 
+    @property
+    def empty(self) -> bool:
+        """A located span that covers no text. RexUniNLU's reference emits them as [start, 0] when a
+        span's end falls on the final [SEP]; they are dropped (docs/faithfulness.md)."""
+        return self.offset is not None and (self.offset[1] <= self.offset[0] or not self.span)
+
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Span":
         off = d.get("offset")
@@ -66,6 +72,11 @@ class Result:
     # The character ranges [start, end) of the text the model actually read, merged and sorted
     # (RexUniNLU: its windows; SeqGPT: the prompt's kept range). None: not reported by the model.
     coverage: list[tuple[int, int]] | None = None
+
+    def without_empty_spans(self) -> "Result":
+        """Project decision: a tuple that holds an empty span is no extraction, so it is dropped whole."""
+        kept = [t for t in self.tuples if not any(s.empty for s in t)]
+        return self if len(kept) == len(self.tuples) else replace(self, tuples=kept)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.document_id,

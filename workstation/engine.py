@@ -141,7 +141,14 @@ def iter_results(model: LoadedModel, documents: Sequence[Document], batch_size: 
     for start in range(0, len(documents), step):
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        yield from model.extract(documents[start:start + step], batch_size=batch_size, **options)
+        yield from extract(model, documents[start:start + step], batch_size, **options)
+
+
+def extract(model: LoadedModel, documents: Sequence[Document], batch_size: int, **options) -> Iterator[Result]:
+    """The one way from a model to results for every surface (runs, jobs, evaluation): the model's
+    results, less the tuples that hold an empty span (docs/faithfulness.md)."""
+    for result in model.extract(documents, batch_size=batch_size, **options):
+        yield result.without_empty_spans()
 
 
 def unload(model: LoadedModel | None) -> None:

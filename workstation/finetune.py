@@ -143,7 +143,7 @@ def evaluate(model, gold_docs, batch_size: int, options: dict | None = None,
     counts = defaultdict(lambda: [0, 0, 0])              # path -> [correct, predicted, gold]
     device = str(model.device)
     with torch.random.fork_rng(devices=[device] if device.startswith("cuda") else []):
-        results = model.extract([d for d, _ in gold_docs], batch_size=batch_size, **(options or {}))
+        results = engine.extract(model, [d for d, _ in gold_docs], batch_size, **(options or {}))
         for (doc, gold), result in zip(gold_docs, results):
             if stop is not None:
                 stop.check()

@@ -244,7 +244,7 @@ class JobRunner:
                         if on_cuda:
                             torch.cuda.reset_peak_memory_stats(model.device)
                         tokens_before = model.tokens_processed()
-                        results = list(model.extract(documents, batch_size=job.batch_size, **job.options))
+                        results = list(engine.extract(model, documents, job.batch_size, **job.options))
                         tokens = model.tokens_processed() - tokens_before
                         peak = torch.cuda.max_memory_allocated(model.device) if on_cuda else None
                     if len(results) != len(documents):
