@@ -17,6 +17,13 @@ class InputError(ValueError):
         super().__init__(f"line {line}: {message}" if line is not None else message)
 
 
+def require_text(document: "Document") -> None:
+    """Project decision (docs/faithfulness.md): a blank text is refused, not run as the reference would."""
+    if isinstance(document.text, str) and not document.text.strip():
+        raise InputError(f"document {document.id!r} has no text (it is empty or only whitespace); "
+                         "give the text to extract from", document.line)
+
+
 class WeightsError(RuntimeError):
     """Missing, corrupt or mismatched model weights."""
 

@@ -101,7 +101,7 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
         keep_results: bool = True, **options) -> RunReport:
     """Run documents through a loaded model; measure wall time, tokens and peak GPU memory."""
     for doc in documents:
-        model.family.validate(doc)
+        model.family.check(doc)
     report = RunReport(model.family.name, str(model.weights), model.is_demo, model.device, model.knobs.dtype,
                        model.knobs.attention, dict(optimizations or {}), batch_size, options,
                        datetime.now(timezone.utc).isoformat(timespec="seconds"))

@@ -85,6 +85,8 @@ def read_documents(path: Path, default: Any = None, skip_invalid: bool = False
         elif suffix == ".txt":
             with open(path, encoding="utf-8") as f:
                 for n, text in enumerate(f, start=1):
+                    if not text.strip():
+                        continue                         # a blank line separates texts; it is not one
                     add(lambda: _with_default(Document(str(n), text.rstrip("\r\n"), line=n), default), n)
         else:                                            # .jsonl / .json lines
             with open(path, encoding="utf-8") as f:
@@ -113,7 +115,7 @@ def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: 
     valid = []
     for doc in documents:
         try:
-            family.validate(doc)
+            family.check(doc)
             valid.append(doc)
         except InputError as e:
             if not skip_invalid:

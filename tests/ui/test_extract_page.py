@@ -58,10 +58,14 @@ def test_broken_json_is_reported_with_its_line_and_nothing_runs(app):
     assert at.text_area(key="text:fakeie").value == "Alice met Bob in Paris."   # the text is kept
 
 
-def test_the_model_validation_message_is_shown(app):
+def test_blank_text_is_refused_and_the_model_validation_message_is_shown(app):
     at = app.run()
     at.text_area(key="text:fakeie").input("   ").run()
-    assert any("the text is empty" in e.value for e in at.error)
+    assert any("has no text" in e.value for e in at.error)
+    assert button(at, "Run").disabled
+    at.text_area(key="text:fakeie").input("x").run()
+    at.text_area(key="schema:fakeie").input("5").run()
+    assert any("the schema must be a JSON object" in e.value for e in at.error)
 
 
 def test_hostile_text_and_type_names_are_escaped_everywhere(app):

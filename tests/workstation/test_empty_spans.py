@@ -59,3 +59,10 @@ def test_engine_run_and_extract_drop_tuples_with_empty_spans():
         [[{"type": "人物", "span": "张三", "offset": [0, 2]}]], [[{"type": "人物", "span": "李四", "offset": [0, 2]}]]]
     for result in engine.extract(QuirkyModel(), docs, 2):
         assert not any(s.empty for t in result.tuples for s in t)
+
+
+def test_engine_refuses_blank_text_before_any_model_work():
+    import pytest
+    from workstation.domain import InputError
+    with pytest.raises(InputError, match="line 2: document 'b' has no text"):
+        engine.run(QuirkyModel(), [Document("a", "好"), Document("b", " \n\t", line=2)], batch_size=2)

@@ -57,7 +57,7 @@ def run_and_record(request: RunRequest, documents: Sequence[Document], source: s
     """Validate, run under the model's lock, record. Raises InputError/WeightsError for the page to show."""
     fam = engine.family(request.model)
     for doc in documents:
-        fam.validate(doc)               # before loading anything: a bad schema costs no GPU time
+        fam.check(doc)               # before loading anything: a bad schema costs no GPU time
     key, weights, dtype, batch_size = target(request)
     with state.model_shelf().borrow(key) as model:
         active = engine.apply_optimizations(model, applicable(model, request.optimizations))

@@ -49,7 +49,7 @@ with right:
 schema, schema_error = None, None
 try:
     schema = schema_editor.parse_schema(st.session_state.get(SCHEMA) or "")
-    fam.validate(runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or ""))
+    fam.check(runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or ""))
 except InputError as e:
     schema_error = str(e)
 except Exception as e:                  # a plugin's validator tripping over odd input must not crash the page
