@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from workstation.domain import Document, InputError
-from workstation.inputs import json_line
+from workstation.inputs import json_line, json_problem, loads, require_file
 
 FORMATS = ("jsonl", "label-studio", "doccano")
 FORMAT_TITLES = {"jsonl": "Gold JSONL (id, text, schema | task + labels, output)",
@@ -328,9 +328,9 @@ def _ls_span(text: str, value: dict, where: str) -> tuple[int, int]:
 def read_label_studio(text: str, relation_style: str = "typed") -> ParsedDataset:
     """A Label Studio JSON export: tasks with data.text and annotations[].result (or predictions[].result)."""
     try:
-        tasks = json.loads(text)
+        tasks = loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"not a Label Studio JSON export: {e.msg} at line {e.lineno}, column {e.colno}") from None
+        raise InputError(f"not a Label Studio JSON export: {json_problem(e)}") from None
     if isinstance(tasks, dict):
         tasks = [tasks]
     if not isinstance(tasks, list):
@@ -515,8 +515,7 @@ def import_dataset(store, source: str | Path | bytes, model: str, dataset: int |
     Without `schema` (or `labels` for SeqGPT) the one built from the file's labels is used."""
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()
-        if not path.is_file():
-            raise InputError(f"{path} does not exist")
+        require_file(path, "dataset file")
         data, name = path.read_bytes(), name or path.name
     else:
         data = source

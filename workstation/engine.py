@@ -24,8 +24,16 @@ from workstation.stages import IDLE, StageClock
 def resolve_device(device: str) -> str:
     if device in ("", "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} was asked for, but no CUDA GPU is available; use --device cpu")
+    if device.startswith("cuda"):
+        # InputError: a wrong choice of device is the user's to fix, so every surface says it in one line.
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"device {device!r} was asked for, but this machine has no CUDA GPU that PyTorch "
+                             "can use; choose the CPU (--device cpu, or cpu in the sidebar)")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= count):
+            raise InputError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s), "
+                             f"cuda:0 to cuda:{count - 1}")
     return device
 
 

@@ -65,7 +65,7 @@ def test_blank_text_is_refused_and_the_model_validation_message_is_shown(app):
     assert button(at, "Run").disabled
     at.text_area(key="text:fakeie").input("x").run()
     at.text_area(key="schema:fakeie").input("5").run()
-    assert any("the schema must be a JSON object" in e.value for e in at.error)
+    assert any("this task takes a JSON object of types" in e.value and "holds a number" in e.value for e in at.error)
 
 
 def test_hostile_text_and_type_names_are_escaped_everywhere(app):

@@ -66,7 +66,7 @@ def read_input(default, skip_invalid: bool) -> tuple[list, list, str]:
         with tempfile.TemporaryDirectory(prefix="iew-upload-") as folder:
             path = Path(folder) / f"input{suffix}"
             path.write_bytes(upload.getvalue())
-            return *read_valid_documents(path, fam, default, skip_invalid), upload.name
+            return *read_valid_documents(path, fam, default, skip_invalid, upload.name), upload.name
     if path_text and path_text.strip():
         path = Path(path_text.strip()).expanduser()
         return *read_valid_documents(path, fam, default, skip_invalid), str(path)
@@ -78,6 +78,7 @@ def default_schema():
     if not source.strip():
         return None                     # every line brings its own schema
     schema = schema_editor.parse_schema(source)
+    runs.check_schema_shape(presets[st.session_state[TASK]], schema)
     return {"task": st.session_state[TASK], "labels": schema} if isinstance(schema, list) else schema
 
 
