@@ -233,7 +233,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
         assert page.get_by_test_id("stException").count() == 0, title
         if name == "monitor":
             from workstation.monitor import NvmlMonitor
-            expected = "GPU 0" if NvmlMonitor().available else "No NVIDIA GPU"
+            expected = "GPU 0" if NvmlMonitor().available else "The GPU monitor is off"
             page.get_by_text(expected).first.wait_for()
         shot(page, shots, name)
     store.close()

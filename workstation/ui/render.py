@@ -23,6 +23,14 @@ def md_text(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", str(text))
 
 
+def md_code(text: str) -> str:
+    """User text (a path) as inline code in Streamlit markdown: a fence longer than any run of backticks
+    inside, so the text cannot close it; inside code nothing else is markdown."""
+    text = str(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if "`" in text else f"`{text}`"
+
+
 MAX_DRAWN_CHARS = 20_000        # longer texts are drawn up to here (with a note); extraction sees all
 
 

@@ -35,9 +35,10 @@ def run_numbers(summary) -> None:
     cols[3].metric("Device", summary.device)
     cols[4].metric("Precision", summary.dtype)
     opts = summary.optimizations or {}
-    st.caption("Optimizations: " + (", ".join(f"{k} ({v})" for k, v in opts.items()) if opts
+    st.caption("Optimizations: " + (", ".join(render.md_text(f"{k} ({v})") for k, v in opts.items()) if opts
                                     else "none (fp32 eager path)")
-               + f" · attention: {summary.attention} · {summary.documents} document(s) · model {summary.model}")
+               + f" · attention: {render.md_text(summary.attention)} · {summary.documents:,} document(s) · "
+               f"model {render.md_text(summary.model)}")
     if summary.demo:
         st.warning(DEMO_NOTICE, icon=":material/warning:")
 
@@ -64,9 +65,9 @@ def document_result(doc: Document, result: Result, key: str) -> None:
             missing = render.ungrounded(result)
             if missing:
                 st.warning("Not found in the text (ungrounded): "
-                           + "; ".join(f"{s.type}: {_clip(s.span)}" for s in missing[:50]))
+                           + "; ".join(render.md_text(f"{s.type}: {_clip(s.span)}") for s in missing[:50]))
     for w in result.warnings:
-        st.info(w)
+        st.info(render.md_text(w))
     rows = render.tuple_rows(result)
     if rows:
         st.markdown("**Tuples**")
@@ -101,7 +102,7 @@ def comparison_view(store, a: int, b: int) -> None:
     try:
         cmp = store.compare_runs(a, b)
     except NotFound as e:
-        st.info(str(e))
+        st.info(render.md_text(e))
         return
     st.markdown(f"**Run {a} (A) vs run {b} (B)**")
     cols = st.columns(4)

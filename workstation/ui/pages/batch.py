@@ -94,13 +94,13 @@ if start:
         st.toast(f"Job {job_id} started with {len(valid):,} documents.")
         if errors:
             st.warning(f"Skipped {len(errors)} invalid line(s): "
-                       + "; ".join(str(e) for e in errors[:MAX_ERRORS_SHOWN]))
+                       + "; ".join(render.md_text(e) for e in errors[:MAX_ERRORS_SHOWN]))
     except InputError as e:
-        st.error(f"Nothing was started: {e}")
+        st.error(f"Nothing was started: {render.md_text(e)}")
     except OSError as e:
-        st.error(f"Could not read the input: {e}")
+        st.error(f"Could not read the input: {render.md_text(e)}")
     except Exception as e:              # e.g. the model cannot load: say so, keep the page and the upload
-        st.error(f"Nothing was started: {type(e).__name__}: {e}")
+        st.error(f"Nothing was started: {type(e).__name__}: {render.md_text(e)}")
 
 st.subheader("Jobs")
 
@@ -122,7 +122,8 @@ def jobs() -> None:
 def job_card(store, job) -> None:
     with st.container(border=True):
         cols = st.columns([5, 1])
-        cols[0].markdown(f"**Job {job.id}** · {render.md_text(job.source_name)} · {job.model} · `{job.status}`")
+        cols[0].markdown(f"**Job {job.id}** · {render.md_text(job.source_name)} · {render.md_text(job.model)} · "
+                         f"`{job.status}`")
         rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
         st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s")
         if not job.finished:
@@ -131,7 +132,7 @@ def job_card(store, job) -> None:
                 st.rerun(scope="fragment")
         elif job.status in ("cancelled", "failed"):
             if job.error:
-                st.error(job.error)
+                st.error(render.md_text(job.error))
             if cols[1].button("Resume", key=f"resume-{job.id}", help="The documents already done stay done."):
                 if store.requeue_job(job.id):
                     state.job_runner().submit(job.id)

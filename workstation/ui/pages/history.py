@@ -9,7 +9,7 @@ import streamlit as st
 
 from storage.repository import NotFound
 from workstation.domain import InputError, WeightsError
-from workstation.ui import exports, gold_editor, results, runs, state
+from workstation.ui import exports, gold_editor, render, results, runs, state
 
 PAGE_SIZE = 50
 ANY = "(any)"
@@ -67,9 +67,9 @@ if b[2].button("Re-run", disabled=len(selected) != 1, help="Run the same documen
             st.session_state["extract_run_id"] = new_id
             st.toast(f"Run {new_id} recorded.")
     except (InputError, WeightsError, NotFound) as e:
-        st.error(str(e))
+        st.error(render.md_text(e))
     except Exception as e:              # a failed re-run is reported; the history stays usable
-        st.error(f"The re-run failed: {type(e).__name__}: {e}")
+        st.error(f"The re-run failed: {type(e).__name__}: {render.md_text(e)}")
 with b[3].popover("Delete", disabled=not selected):
     st.write(f"Delete {len(selected)} run(s) and their results? This cannot be undone.")
     if st.button("Delete for good", type="primary", key="history_delete"):
@@ -93,4 +93,4 @@ if view:
         else:
             results.comparison_view(store, view[1], view[2])
     except NotFound as e:
-        st.info(str(e))
+        st.info(render.md_text(e))
