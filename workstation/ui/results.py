@@ -106,10 +106,18 @@ def comparison_view(store, a: int, b: int) -> None:
         return
     st.markdown(f"**Run {a} (A) vs run {b} (B)**")
     cols = st.columns(4)
-    speedup = cmp.a.wall_seconds / cmp.b.wall_seconds if cmp.b.wall_seconds else None
+    if cmp.texts_differ:
+        shown = ", ".join(render.md_text(i) for i in cmp.texts_differ[:10])
+        st.warning(f"{len(cmp.texts_differ):,} document(s) have the same id but a different text in the two runs "
+                   f"({shown}{', …' if len(cmp.texts_differ) > 10 else ''}): they are compared as different "
+                   "documents, and the times of the runs are not a like-for-like comparison.")
+    elif not cmp.same_inputs:
+        st.warning("The runs read different documents: the times of the runs are not a like-for-like comparison.")
+    speedup = cmp.a.wall_seconds / cmp.b.wall_seconds if cmp.b.wall_seconds and cmp.same_inputs else None
     cols[0].metric("Wall time B", f"{cmp.b.wall_seconds:.3f} s", f"{cmp.b.wall_seconds - cmp.a.wall_seconds:+.3f} s",
                    delta_color="inverse", help=f"A: {cmp.a.wall_seconds:.3f} s")
-    cols[1].metric("Speed-up B over A", f"{speedup:.2f}×" if speedup else "—")
+    cols[1].metric("Speed-up B over A", f"{speedup:.2f}×" if speedup else "—",
+                   help=None if cmp.same_inputs else "Not shown: the runs read different texts.")
     mem_a, mem_b = cmp.a.peak_memory_bytes, cmp.b.peak_memory_bytes
     cols[2].metric("Peak GPU memory B", fmt_bytes(mem_b),
                    fmt_bytes(mem_b - mem_a) if mem_a is not None and mem_b is not None else None,
@@ -118,7 +126,7 @@ def comparison_view(store, a: int, b: int) -> None:
                    help=f"{cmp.both:,} tuples are in both runs")
     st.dataframe(pd.DataFrame([side_row("A", cmp.a), side_row("B", cmp.b)]), hide_index=True)
     if cmp.identical:
-        st.success("Both runs extracted exactly the same tuples.")
+        st.success("Both runs read the same texts and extracted exactly the same tuples.")
     else:
         st.dataframe(pd.DataFrame(render.comparison_rows(cmp.documents)), hide_index=True)
 
