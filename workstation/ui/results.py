@@ -43,6 +43,19 @@ def run_numbers(summary) -> None:
         st.warning(DEMO_NOTICE, icon=":material/warning:")
 
 
+def highlighted_text(text: str, spans, key: str) -> None:
+    """The text with its spans; a long one a page at a time (drawing all of it at once took seconds)."""
+    pages = render.text_pages(text)
+    if len(pages) == 1:
+        st.html(render.spans_html(text, spans))
+        return
+    page = st.number_input(f"Text page (of {len(pages):,})", 1, len(pages), 1, key=f"text-page-{key}",
+                           help=f"{len(text):,} characters, drawn about {render.PAGE_CHARS:,} at a time")
+    start, end = pages[int(page) - 1]
+    st.caption(f"Characters {start:,}–{end:,} of {len(text):,} (offsets as in the tuples below)")
+    st.html(render.spans_html(text, spans, limit=end - start, start=start))
+
+
 def document_result(doc: Document, result: Result, key: str) -> None:
     """The text with spans drawn, labels with confidences, generated text beside grounded spans, tuples."""
     spans = render.located_spans(result)
@@ -50,7 +63,7 @@ def document_result(doc: Document, result: Result, key: str) -> None:
     with left:
         if spans:
             st.html(render.legend_html(s.type for s in spans))
-        st.html(render.spans_html(doc.text, spans))
+        highlighted_text(doc.text, spans, key)
         labels = render.labels(result)
         if labels:
             st.markdown("**Labels**")
