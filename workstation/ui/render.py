@@ -79,7 +79,8 @@ def ungrounded(result: Result) -> list[Span]:
     return [s for tup in result.tuples for s in tup if s.grounded is False]
 
 
-def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS, start: int = 0) -> str:
+def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS, start: int = 0,
+               note: bool = True) -> str:
     """The text from `start` (at most `limit` characters) with spans highlighted, the type after each
     span. Overlaps nest; offsets are clamped to the window, so a span crossing its edge is drawn in part.
 
@@ -114,7 +115,7 @@ def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS, s
         parts.append(segment)
         parts.extend(_label_chip(s.type) for s in ends.get(b, ()))
     parts.append("</div>")
-    if start == 0 and len(text) > limit:
+    if note and start == 0 and len(text) > limit:
         parts.append(f'<p style="opacity:0.7"><em>Showing the first {limit:,} of {len(text):,} characters; '
                      f"the table lists every span.</em></p>")
     return "".join(parts)

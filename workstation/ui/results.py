@@ -53,7 +53,7 @@ def highlighted_text(text: str, spans, key: str) -> None:
                            help=f"{len(text):,} characters, drawn about {render.PAGE_CHARS:,} at a time")
     start, end = pages[int(page) - 1]
     st.caption(f"Characters {start:,}–{end:,} of {len(text):,} (offsets as in the tuples below)")
-    st.html(render.spans_html(text, spans, limit=end - start, start=start))
+    st.html(render.spans_html(text, spans, limit=end - start, start=start, note=False))
 
 
 def document_result(doc: Document, result: Result, key: str) -> None:
