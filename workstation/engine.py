@@ -49,7 +49,9 @@ def load_model(name: str, weights: Path, device: str = "auto", dtype: str = "fp3
 
 
 def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, str]:
-    """Enable the named optimizations (others off). Returns name -> what now runs. Errors name the reason."""
+    """Enable the named optimizations (others off). Returns name -> what now runs when extracting, which
+    is what a run records: one that acts in fine-tuning only is switched on but not listed. Errors name
+    the reason."""
     registry = plugins.optimizations()
     unknown = [n for n in names if n not in registry]
     if unknown:
@@ -60,7 +62,9 @@ def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, s
         if name in names:
             if not ok:
                 raise InputError(f"optimization {name!r} does not apply to {model.family.name}: {reason}")
-            active[name] = opt.enable(model)
+            what = opt.enable(model)
+            if opt.inference:
+                active[name] = what
         elif ok:
             opt.disable(model)
     return active

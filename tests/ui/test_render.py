@@ -147,3 +147,12 @@ results.document_result(Document("1", text), Result("1", [[s] for s in spans]), 
     pager.set_value(3).run()
     drawn = [h.value for h in at.get("html") if "iew-text" in h.value]
     assert len(drawn) == 1 and any("Characters 8,000" in c.value for c in at.caption)
+
+
+def test_confidence_is_a_number_column_or_absent_never_the_text_none():
+    import pandas as pd
+    from workstation.ui.results import with_confidence
+    mixed = with_confidence(pd.DataFrame([{"tuple": "a", "confidence": 0.5}, {"tuple": "b", "confidence": None}]))
+    assert str(mixed["confidence"].dtype) == "float64" and mixed["confidence"].isna().tolist() == [False, True]
+    none = with_confidence(pd.DataFrame([{"tuple": "a", "confidence": None}]))
+    assert "confidence" not in none.columns

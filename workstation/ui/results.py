@@ -43,6 +43,15 @@ def run_numbers(summary) -> None:
         st.warning(DEMO_NOTICE, icon=":material/warning:")
 
 
+def with_confidence(frame: pd.DataFrame) -> pd.DataFrame:
+    """Confidences as numbers (a missing one is an empty cell, not the text "None"); no column at all when
+    the model gives none (SeqGPT)."""
+    confidence = pd.to_numeric(frame["confidence"], errors="coerce").astype("float64")
+    if confidence.isna().all():
+        return frame.drop(columns="confidence")
+    return frame.assign(confidence=confidence)
+
+
 def highlighted_text(text: str, spans, key: str) -> None:
     """The text with its spans; a long one a page at a time (drawing all of it at once took seconds)."""
     pages = render.text_pages(text)
@@ -67,9 +76,10 @@ def document_result(doc: Document, result: Result, key: str) -> None:
         labels = render.labels(result)
         if labels:
             st.markdown("**Labels**")
-            st.dataframe(pd.DataFrame([{"label": s.type if not s.span else s.span, "type": s.type,
-                                        "confidence": s.confidence} for s in labels]),
-                         hide_index=True, key=f"labels-{key}")
+            st.dataframe(with_confidence(pd.DataFrame([{"label": s.type if not s.span else s.span, "type": s.type,
+                                                        "confidence": s.confidence} for s in labels])),
+                         hide_index=True, key=f"labels-{key}",
+                         column_config={"confidence": st.column_config.NumberColumn(format="%.3f")})
     if right is not None:
         with right:
             st.markdown("**Generated text** (what the model wrote, per prompt chunk)")
@@ -84,7 +94,7 @@ def document_result(doc: Document, result: Result, key: str) -> None:
     rows = render.tuple_rows(result)
     if rows:
         st.markdown("**Tuples**")
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"tuples-{key}",
+        st.dataframe(with_confidence(pd.DataFrame(rows)), hide_index=True, key=f"tuples-{key}",
                      column_config={"confidence": st.column_config.NumberColumn(format="%.3f")})
         if len(result.tuples) > len(rows):
             st.caption(f"Showing {len(rows):,} of {len(result.tuples):,} tuples; export the run for all.")
