@@ -113,3 +113,12 @@ def test_a_selection_exports_in_every_format(two_runs, fmt):
     if fmt == "jsonl":
         lines = [json.loads(x) for x in Path(path).read_text("utf-8").splitlines()]
         assert len(lines) == 2 and {s["span"] for t in lines[1]["output"] for s in t} >= {"Alice"}
+
+
+def test_clicking_rows_of_the_table_selects_those_runs(two_runs):
+    at, a, b = two_runs
+    first = listed(at)[0]
+    at.session_state["history_table"] = {"selection": {"rows": [0], "columns": [], "cells": []}}
+    at.run()
+    assert not at.exception and at.multiselect(key="history_selected").value == [first]
+    assert not button(at, "Open").disabled

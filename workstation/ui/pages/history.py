@@ -38,16 +38,21 @@ if not found:
             else "No run matches these filters.")
     st.stop()
 
-st.dataframe(pd.DataFrame([{
+table = st.dataframe(pd.DataFrame([{
     "run": r.id, "when": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), "source": r.source,
     "model": r.model, "task": r.task or "", "documents": r.documents, "wall time (s)": round(r.wall_seconds, 3),
     "peak GPU memory": results.fmt_bytes(r.peak_memory_bytes), "device": r.device, "precision": r.dtype,
     "optimizations": ", ".join(r.optimizations) or "none", "demo": r.demo, "label": r.label or "",
-} for r in found]), hide_index=True, width="stretch")
+} for r in found]), hide_index=True, width="stretch", key="history_table", on_select="rerun",
+    selection_mode="multi-row")
 
 by_id = {r.id: r for r in found}
 # keep only selections still on this page (a new search or a delete changes what is listed)
 st.session_state["history_selected"] = [i for i in st.session_state.get("history_selected", []) if i in by_id]
+clicked = [found[i].id for i in table.selection.rows if i < len(found)]
+if clicked != st.session_state.get("history_clicked", []):     # rows clicked in the table: they are the selection
+    st.session_state["history_clicked"] = clicked
+    st.session_state["history_selected"] = clicked
 selected = st.multiselect("Selected runs", list(by_id), key="history_selected",
                           format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].task or ''} · "
                                                 f"{by_id[i].created_at.astimezone():%m-%d %H:%M}")
