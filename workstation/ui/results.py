@@ -130,9 +130,9 @@ def comparison_view(store, a: int, b: int) -> None:
     st.markdown(f"**Run {a} (A) vs run {b} (B)**")
     cols = st.columns(4)
     if cmp.texts_differ:
-        shown = ", ".join(render.md_text(i) for i in cmp.texts_differ[:10])
         st.warning(f"{len(cmp.texts_differ):,} document(s) have the same id but a different text in the two runs "
-                   f"({shown}{', …' if len(cmp.texts_differ) > 10 else ''}): they are compared as different "
+                   f"({', '.join(render.md_text(i) for i in cmp.texts_differ[:10])}"
+                   f"{', …' if len(cmp.texts_differ) > 10 else ''}): they are compared as different "
                    "documents, and the times of the runs are not a like-for-like comparison.")
     elif not cmp.same_inputs:
         st.warning("The runs read different documents: the times of the runs are not a like-for-like comparison.")
