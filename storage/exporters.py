@@ -5,8 +5,14 @@ plugin would add one. `write(runs, path)` gets `RunDetail`s from the store and r
 
 Spreadsheet safety (CSV, Excel): a text cell that starts with = + - @, a tab or a carriage return could
 be run as a formula when the file is opened (CSV injection, OWASP), and the text comes from users'
-documents. Such cells get a leading apostrophe, which spreadsheets show as text; a program reading
-the CSV back should drop a leading apostrophe before those characters. Numbers stay numbers.
+documents. In CSV such cells get a leading apostrophe, which spreadsheets show as text; a program
+reading the CSV back drops a leading apostrophe before those characters (`unguard_formula`, and
+docs/exports.md). Excel cells need no apostrophe: they are written as text cells with Excel's own
+"quote prefix" style, so Excel shows exactly the text and never evaluates it. Numbers stay numbers.
+
+Offsets are checked against the document text before anything is written: a tuple with a span whose
+offsets are not 0 <= start < end <= len(text), or do not cover the span's text, is left out of every
+format (old runs may hold RexUniNLU's empty [start, 0] spans), and the report counts it.
 
 Spans without an offset (a generated span not found in the text, a class label) cannot be placed in an
 annotation tool: Label Studio and doccano skip them, and any relation that needs them, and the report
@@ -19,7 +25,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
@@ -35,6 +41,7 @@ class ExportReport:
     spans: int = 0
     relations: int = 0
     skipped: int = 0             # ungrounded spans the format cannot place (relations needing them go too)
+    invalid: int = 0             # tuples left out: a span's offsets are not a span of the text
     format: str = ""
     path: Path | None = None
 
@@ -44,6 +51,9 @@ class ExportReport:
             text += f", {self.relations} relations"
         if self.skipped:
             text += f"; {self.skipped} spans without a position in the text were skipped"
+        if self.invalid:
+            text += (f"; {self.invalid} tuples were left out because a span's offsets are not a span of its "
+                     "text (empty, reversed, outside the text, or covering other text)")
         return text
 
 
@@ -73,15 +83,42 @@ def guard_formula(value: Any) -> Any:
     return value
 
 
-def _documents(runs: Sequence[RunDetail]) -> Iterator[tuple[RunDetail, int, Document, Result]]:
+def unguard_formula(value: str) -> str:
+    """The inverse of `guard_formula`, for a program reading our CSV back."""
+    return value[1:] if value.startswith("'") and value[1:].startswith(_FORMULA_START) else value
+
+
+def placed_in(text: str, span: Span) -> bool:
+    """A span without an offset (a label, an ungrounded generation) or one whose offsets cover its text."""
+    if span.offset is None:
+        return True
+    start, end = span.offset
+    return (all(isinstance(x, int) and not isinstance(x, bool) for x in (start, end))
+            and 0 <= start < end <= len(text) and text[start:end] == span.span)
+
+
+def checked(document: Document, result: Result) -> tuple[Result, int]:
+    """The result without tuples that hold a misplaced span, and how many were left out."""
+    kept = [t for t in result.tuples if all(placed_in(document.text, s) for s in t)]
+    if len(kept) == len(result.tuples):
+        return result, 0
+    return replace(result, tuples=kept), len(result.tuples) - len(kept)
+
+
+def _documents(runs: Sequence[RunDetail], report: ExportReport | None = None
+               ) -> Iterator[tuple[RunDetail, int, Document, Result]]:
+    """Every (run, position, document, checked result); tuples left out are counted in `report`."""
     for run in runs:
         for position, (document, result) in enumerate(run.items):
+            result, invalid = checked(document, result)
+            if report is not None:
+                report.invalid += invalid
             yield run, position, document, result
 
 
-def span_rows(runs: Sequence[RunDetail]) -> Iterator[dict[str, Any]]:
+def span_rows(runs: Sequence[RunDetail], report: ExportReport | None = None) -> Iterator[dict[str, Any]]:
     """One row per span (element of a tuple); ungrounded spans keep empty start/end."""
-    for run, _, document, result in _documents(runs):
+    for run, _, document, result in _documents(runs, report):
         for t, spans in enumerate(result.tuples):
             for e, s in enumerate(spans):
                 start, end = s.offset if s.offset is not None else (None, None)
@@ -104,7 +141,7 @@ def run_row(run: RunDetail) -> dict[str, Any]:
 def write_jsonl(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     report = ExportReport()
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for run, _, document, result in _documents(runs):
+        for run, _, document, result in _documents(runs, report):
             line: dict[str, Any] = {"run_id": run.id, "id": document.id, "text": document.text}
             for key in ("schema", "task", "labels"):
                 if getattr(document, key) is not None:
@@ -124,7 +161,7 @@ def write_csv(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     with open(path, "w", encoding="utf-8-sig", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=SPAN_COLUMNS)
         writer.writeheader()
-        for row in span_rows(runs):
+        for row in span_rows(runs, report):
             writer.writerow({k: guard_formula(v) for k, v in row.items()})
             report.spans += 1
     return report
@@ -138,11 +175,11 @@ TRUNCATED = "…[truncated]"
 
 
 def excel_text(value: Any) -> Any:
-    """A value Excel can hold: no control characters (invalid in the file format), no formula, within the cell limit."""
+    """A value Excel can hold: no control characters (invalid in the file format), within the cell limit."""
     if not isinstance(value, str):
         return value
     from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
-    value = guard_formula(ILLEGAL_CHARACTERS_RE.sub("", value))
+    value = ILLEGAL_CHARACTERS_RE.sub("", value)
     if len(value.encode("utf-16-le")) // 2 <= EXCEL_CELL_LIMIT:
         return value
     keep, units, cut = EXCEL_CELL_LIMIT - len(TRUNCATED), 0, 0
@@ -158,12 +195,25 @@ def _coverage_text(result: Result) -> str | None:
     return json.dumps([list(r) for r in result.coverage]) if result.coverage is not None else None
 
 
+def excel_cell(sheet, value: Any) -> Any:
+    """A cell value; text that could be read as a formula becomes a text cell with Excel's quote prefix
+    (the apostrophe Excel keeps out of the value), so it shows exactly as written and never runs."""
+    value = excel_text(value)
+    if not (isinstance(value, str) and value.startswith(_FORMULA_START)):
+        return value
+    from openpyxl.cell import WriteOnlyCell
+    cell = WriteOnlyCell(sheet, value=value)
+    cell.data_type = "s"                             # openpyxl would store "=..." as a formula
+    cell.quotePrefix = True
+    return cell
+
+
 def write_excel(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     from openpyxl import Workbook
 
-    rows = list(span_rows(runs))
-    documents = sum(len(r.items) for r in runs)
-    if max(len(rows), documents) >= EXCEL_ROW_LIMIT:
+    report = ExportReport(documents=sum(len(r.items) for r in runs))
+    rows = list(span_rows(runs, report))
+    if max(len(rows), report.documents) >= EXCEL_ROW_LIMIT:
         raise ValueError(f"{len(rows)} spans do not fit in an Excel sheet (at most {EXCEL_ROW_LIMIT - 1:,} rows); "
                          "export CSV or Parquet instead")
     book = Workbook(write_only=True)
@@ -179,14 +229,16 @@ def write_excel(runs: Sequence[RunDetail], path: Path) -> ExportReport:
         sheet = book.create_sheet(title)
         sheet.append(header)
         for row in values:
-            sheet.append([excel_text(v) for v in row])
+            sheet.append([excel_cell(sheet, v) for v in row])
     book.save(path)
-    return ExportReport(documents=documents, spans=len(rows))
+    report.spans = len(rows)
+    return report
 
 
 # ---- Parquet --------------------------------------------------------------------------------------------
 
 def write_parquet(runs: Sequence[RunDetail], path: Path) -> ExportReport:
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -194,9 +246,14 @@ def write_parquet(runs: Sequence[RunDetail], path: Path) -> ExportReport:
                         ("element_index", pa.int32()), ("type", pa.string()), ("span", pa.string()),
                         ("start", pa.int64()), ("end", pa.int64()), ("confidence", pa.float64()),
                         ("grounded", pa.bool_())])
-    rows = list(span_rows(runs))
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path)
-    return ExportReport(documents=sum(len(r.items) for r in runs), spans=len(rows))
+    report = ExportReport(documents=sum(len(r.items) for r in runs))
+    frame = pd.DataFrame(list(span_rows(runs, report)), columns=list(SPAN_COLUMNS))
+    # Nullable pandas dtypes: the file's pandas metadata then reads back as Int64/boolean, not float64/object
+    # (an ungrounded span has no start/end).
+    frame = frame.astype({"start": "Int64", "end": "Int64", "grounded": "boolean"})
+    pq.write_table(pa.Table.from_pandas(frame, schema=schema, preserve_index=False), path)
+    report.spans = len(frame)
+    return report
 
 
 # ---- annotation tools: Label Studio, doccano --------------------------------------------------------------
@@ -234,7 +291,7 @@ def _place(result: Result) -> _Placed:
 
 def write_label_studio(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     report, tasks = ExportReport(), []
-    for run, _, document, result in _documents(runs):
+    for run, _, document, result in _documents(runs, report):
         placed = _place(result)
         items: list[dict[str, Any]] = []
         for i, (label, start, end, span) in enumerate(placed.regions):
@@ -274,7 +331,7 @@ def write_doccano(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     # The relation-project shape (what PaddleNLP's doccano.py reads); ids are unique across the file.
     report, next_entity, next_relation = ExportReport(), 1, 1
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for run, _, document, result in _documents(runs):
+        for run, _, document, result in _documents(runs, report):
             placed = _place(result)
             ids = list(range(next_entity, next_entity + len(placed.regions)))
             next_entity += len(ids)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from workstation.domain import Document, InputError
-from workstation.inputs import json_line
+from workstation.inputs import json_line, json_problem, loads, require_file
 
 FORMATS = ("jsonl", "label-studio", "doccano")
 FORMAT_TITLES = {"jsonl": "Gold JSONL (id, text, schema | task + labels, output)",
@@ -201,6 +201,8 @@ def _offset(value: Any, text: str, where: str) -> list[int] | None:
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in value)):
         raise InputError(f"{where}: an offset is [start, end] (two integers), got {value!r}")
     start, end = value
+    if end <= start:
+        raise InputError(f"{where}: offset [{start}, {end}] is an empty or reversed span (end must be after start)")
     if not 0 <= start < end <= len(text):
         raise InputError(f"{where}: offset [{start}, {end}] is not inside the text ({len(text)} characters)")
     return [start, end]
@@ -226,6 +228,9 @@ def read_jsonl(text: str) -> ParsedDataset:
                 if not isinstance(e, dict) or not isinstance(e.get("type"), str) or "span" not in e:
                     raise InputError(f"output tuple {t} has an element without \"type\" and \"span\": {e!r}", n)
                 offset = _offset(e.get("offset"), doc_text, f"{where}, output tuple {t}")
+                if offset is not None and doc_text[offset[0]:offset[1]] != str(e["span"]):
+                    raise InputError(f"output tuple {t}: offset {offset} covers {doc_text[offset[0]:offset[1]]!r}, "
+                                     f"not the span {str(e['span'])!r}", n)
                 elements.append({"type": e["type"], "span": str(e["span"]), "offset": offset})
             tuples.append(elements)
         labels = obj.get("labels")
@@ -313,6 +318,8 @@ def _ls_span(text: str, value: dict, where: str) -> tuple[int, int]:
         if a is not None and b is not None and text[a:b] == said:
             return a, b                          # offsets counted in UTF-16 code units
         raise InputError(f"{where}: offsets [{start}, {end}) cover {text[start:end]!r} but the region says {said!r}")
+    if end <= start:
+        raise InputError(f"{where}: offsets [{start}, {end}) are an empty or reversed span (end must be after start)")
     if not 0 <= start < end <= len(text):
         raise InputError(f"{where}: offsets [{start}, {end}) are not inside the text ({len(text)} characters)")
     return start, end
@@ -321,9 +328,9 @@ def _ls_span(text: str, value: dict, where: str) -> tuple[int, int]:
 def read_label_studio(text: str, relation_style: str = "typed") -> ParsedDataset:
     """A Label Studio JSON export: tasks with data.text and annotations[].result (or predictions[].result)."""
     try:
-        tasks = json.loads(text)
+        tasks = loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(f"not a Label Studio JSON export: {e.msg} at line {e.lineno}, column {e.colno}") from None
+        raise InputError(f"not a Label Studio JSON export: {json_problem(e)}") from None
     if isinstance(tasks, dict):
         tasks = [tasks]
     if not isinstance(tasks, list):
@@ -508,8 +515,7 @@ def import_dataset(store, source: str | Path | bytes, model: str, dataset: int |
     Without `schema` (or `labels` for SeqGPT) the one built from the file's labels is used."""
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()
-        if not path.is_file():
-            raise InputError(f"{path} does not exist")
+        require_file(path, "dataset file")
         data, name = path.read_bytes(), name or path.name
     else:
         data = source

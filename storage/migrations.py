@@ -7,6 +7,7 @@ get NUMERIC affinity, which turns a JSON document like `5` into an integer.
 """
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -229,6 +230,36 @@ CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created
 """)
 
 
+# SQLite reuses the largest rowid once the newest rows are deleted, so "run 50" named in a gold example, an
+# export or a note could silently become another run. AUTOINCREMENT never hands an id out twice, and SQLite
+# can add it only by rebuilding the table (its documented procedure: foreign keys off, which `migrate`
+# does for its transaction; a new table; copy; drop; rename; indexes and triggers again). The table's
+# current definition is rebuilt as it stands, so columns added by later code survive; the ids are kept,
+# so the documents, jobs and gold examples that point at runs still do. Runs deleted before this
+# migration are not known any more; ids continue after the largest one left.
+_INTEGER_KEY = re.compile(r"\bid\s+INTEGER\s+PRIMARY\s+KEY\b", re.IGNORECASE)
+
+
+@migration
+def m004_never_reused_run_ids(conn: Connection) -> None:
+    (definition,) = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").one()
+    if "AUTOINCREMENT" in definition.upper():
+        return
+    rebuilt = _INTEGER_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", definition, count=1)
+    rebuilt = re.sub(r"^CREATE TABLE\s+(\"?runs\"?)", "CREATE TABLE runs_rebuilt", rebuilt, count=1)
+    if "AUTOINCREMENT" not in rebuilt or "runs_rebuilt" not in rebuilt:
+        raise RuntimeError(f"cannot read the runs table's definition to rebuild it: {definition!r}")
+    extras = [r[0] for r in conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'runs' AND type IN ('index', 'trigger') AND sql IS NOT NULL")]
+    columns = ", ".join(f'"{r[1]}"' for r in conn.exec_driver_sql("PRAGMA table_info(runs)"))
+    conn.exec_driver_sql(rebuilt)
+    conn.exec_driver_sql(f"INSERT INTO runs_rebuilt ({columns}) SELECT {columns} FROM runs")
+    conn.exec_driver_sql("DROP TABLE runs")
+    conn.exec_driver_sql("ALTER TABLE runs_rebuilt RENAME TO runs")
+    for statement in extras:
+        conn.exec_driver_sql(statement)
+
+
 # Runs are written in short transactions (the header, documents in chunks, then finished_at), so that one
 # huge run never holds the write lock for minutes; finished_at also orders History. Runs recorded before
 # have no finish time: it is estimated as start + wall time (a batch job's pauses are not in it).
@@ -311,22 +342,36 @@ def migrate(engine: Engine, upto: str | None = None) -> list[str]:
     if upto is not None and upto not in known:
         raise ValueError(f"unknown migration {upto!r}")
     ran: list[str] = []
-    with engine.execution_options(**WRITE).begin() as conn:
-        _ensure_table(conn)
-        done = {r[0] for r in conn.exec_driver_sql("SELECT name FROM _migrations")}
-        newer = done - set(known)
-        if newer:
-            raise SchemaTooNew(f"the database has migrations this version does not know ({', '.join(sorted(newer))}); "
-                               "it was written by a newer IE Workstation — upgrade, or point [storage] database "
-                               "in settings.toml at another file")
-        for fn in MIGRATIONS:
-            if fn.__name__ not in done:
-                fn(conn)
-                conn.execute(text("INSERT INTO _migrations (name, applied_at) VALUES (:n, :t)"),
-                             {"n": fn.__name__, "t": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-                ran.append(fn.__name__)
-            if fn.__name__ == upto:
-                break
+    with engine.connect() as outer:
+        # A table rebuild must not cascade the old table's deletion into its children, so foreign keys are
+        # off while migrating (SQLite ignores the pragma inside a transaction: it is set before BEGIN) and
+        # checked before the commit instead.
+        raw = outer.connection.dbapi_connection
+        raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with outer.execution_options(**WRITE).begin():
+                conn = outer
+                _ensure_table(conn)
+                done = {r[0] for r in conn.exec_driver_sql("SELECT name FROM _migrations")}
+                newer = done - set(known)
+                if newer:
+                    raise SchemaTooNew(f"the database has migrations this version does not know "
+                                       f"({', '.join(sorted(newer))}); it was written by a newer IE Workstation — "
+                                       "upgrade, or point [storage] database in settings.toml at another file")
+                for fn in MIGRATIONS:
+                    if fn.__name__ not in done:
+                        fn(conn)
+                        conn.execute(text("INSERT INTO _migrations (name, applied_at) VALUES (:n, :t)"),
+                                     {"n": fn.__name__, "t": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+                        ran.append(fn.__name__)
+                    if fn.__name__ == upto:
+                        break
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"migrating would break {len(broken)} foreign key(s), e.g. {broken[0]}; "
+                                       "nothing was changed")
+        finally:
+            raw.execute("PRAGMA foreign_keys=ON")
     return ran
 
 

@@ -41,6 +41,7 @@ class Base(DeclarativeBase):
 
 class RunRecord(Base):
     __tablename__ = "runs"
+    __table_args__ = {"sqlite_autoincrement": True}       # ids are never reused (m004_never_reused_run_ids)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     created_at: Mapped[datetime] = mapped_column(index=True)

@@ -207,10 +207,13 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
             return s.execute(delete(RunRecord).where(RunRecord.id == run_id)).rowcount > 0
 
     def compare_runs(self, a: int, b: int) -> RunComparison:
-        """Per document (matched by position and id): tuples only in a, only in b, in both."""
+        """Per document (matched by position, id and text): tuples only in a, only in b, in both. A document
+        whose text differs between the runs under the same id is two documents, and `texts_differ` names it."""
         run_a, run_b = self.get_run(a), self.get_run(b)
-        docs_a = {(i, d.id): (d, r) for i, (d, r) in enumerate(run_a.items)}
-        docs_b = {(i, d.id): (d, r) for i, (d, r) in enumerate(run_b.items)}
+        docs_a = {(i, d.id, d.text): (d, r) for i, (d, r) in enumerate(run_a.items)}
+        docs_b = {(i, d.id, d.text): (d, r) for i, (d, r) in enumerate(run_b.items)}
+        ids_a = {(i, doc_id) for i, doc_id, _ in docs_a}
+        texts_differ = [doc_id for i, doc_id, _ in sorted(docs_b.keys() - docs_a.keys()) if (i, doc_id) in ids_a]
         rows = []
         for key in sorted(docs_a.keys() | docs_b.keys()):
             document = (docs_a.get(key) or docs_b[key])[0]
@@ -220,7 +223,7 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
             rows.append(DocumentComparison(
                 key[0], key[1], document.text, [k for k in keys_a if k not in set_b],
                 [k for k in keys_b if k not in set_a], [k for k in keys_a if k in set_b], key in docs_a, key in docs_b))
-        return RunComparison(run_a.summary, run_b.summary, rows)
+        return RunComparison(run_a.summary, run_b.summary, rows, texts_differ)
 
 
 def _busy_message(path: Path) -> str:

@@ -94,6 +94,12 @@ class RunComparison:
     a: RunSummary                    # each run's time, memory and settings, for the side-by-side
     b: RunSummary
     documents: list[DocumentComparison]
+    texts_differ: list[str] = field(default_factory=list)   # ids whose text is not the same in a and b
+
+    @property
+    def same_inputs(self) -> bool:
+        """Both runs read the same texts under the same ids: their times and outputs compare like for like."""
+        return not self.texts_differ and all(d.in_a and d.in_b for d in self.documents)
 
     @property
     def only_a(self) -> int:
@@ -109,7 +115,7 @@ class RunComparison:
 
     @property
     def identical(self) -> bool:
-        return self.only_a == 0 and self.only_b == 0 and all(d.in_a and d.in_b for d in self.documents)
+        return self.only_a == 0 and self.only_b == 0 and self.same_inputs
 
 
 JOB_STATUSES = ("queued", "running", "cancelled", "done", "failed")

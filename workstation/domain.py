@@ -5,7 +5,7 @@ spans with [start, end) character offsets into the document text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -15,6 +15,13 @@ class InputError(ValueError):
     def __init__(self, message: str, line: int | None = None):
         self.line = line
         super().__init__(f"line {line}: {message}" if line is not None else message)
+
+
+def require_text(document: "Document") -> None:
+    """Project decision (docs/faithfulness.md): a blank text is refused, not run as the reference would."""
+    if isinstance(document.text, str) and not document.text.strip():
+        raise InputError(f"document {document.id!r} has no text (it is empty or only whitespace); "
+                         "give the text to extract from", document.line)
 
 
 class WeightsError(RuntimeError):
@@ -37,6 +44,12 @@ class Span:
         if self.grounded is not None:
             out["grounded"] = self.grounded
         return out
+
+    @property
+    def empty(self) -> bool:
+        """A located span that covers no text. RexUniNLU's reference emits them as [start, 0] when a
+        span's end falls on the final [SEP]; they are dropped (docs/faithfulness.md)."""
+        return self.offset is not None and (self.offset[1] <= self.offset[0] or not self.span)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Span":
@@ -66,6 +79,11 @@ class Result:
     # The character ranges [start, end) of the text the model actually read, merged and sorted
     # (RexUniNLU: its windows; SeqGPT: the prompt's kept range). None: not reported by the model.
     coverage: list[tuple[int, int]] | None = None
+
+    def without_empty_spans(self) -> "Result":
+        """Project decision: a tuple that holds an empty span is no extraction, so it is dropped whole."""
+        kept = [t for t in self.tuples if not any(s.empty for s in t)]
+        return self if len(kept) == len(self.tuples) else replace(self, tuples=kept)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.document_id,

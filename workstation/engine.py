@@ -26,8 +26,16 @@ from workstation.thresholds import apply_thresholds
 def resolve_device(device: str) -> str:
     if device in ("", "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} was asked for, but no CUDA GPU is available; use --device cpu")
+    if device.startswith("cuda"):
+        # InputError: a wrong choice of device is the user's to fix, so every surface says it in one line.
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise InputError(f"device {device!r} was asked for, but this machine has no CUDA GPU that PyTorch "
+                             "can use; choose the CPU (--device cpu, or cpu in the sidebar)")
+        index = device.partition(":")[2]
+        if index and (not index.isdigit() or int(index) >= count):
+            raise InputError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s), "
+                             f"cuda:0 to cuda:{count - 1}")
     return device
 
 
@@ -43,7 +51,9 @@ def load_model(name: str, weights: Path, device: str = "auto", dtype: str = "fp3
 
 
 def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, str]:
-    """Enable the named optimizations (others off). Returns name -> what now runs. Errors name the reason."""
+    """Enable the named optimizations (others off). Returns name -> what now runs when extracting, which
+    is what a run records: one that acts in fine-tuning only is switched on but not listed. Errors name
+    the reason."""
     registry = plugins.optimizations()
     unknown = [n for n in names if n not in registry]
     if unknown:
@@ -54,7 +64,9 @@ def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, s
         if name in names:
             if not ok:
                 raise InputError(f"optimization {name!r} does not apply to {model.family.name}: {reason}")
-            active[name] = opt.enable(model)
+            what = opt.enable(model)
+            if opt.inference:
+                active[name] = what
         elif ok:
             opt.disable(model)
     return active
@@ -108,7 +120,7 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
     thresholds (opt-in): per-type confidence thresholds (workstation/thresholds.py) applied to every
     result before it is kept or handed on; the report records them."""
     for doc in documents:
-        model.family.validate(doc)
+        model.family.check(doc)
     report = RunReport(model.family.name, str(model.weights), model.is_demo, model.device, model.knobs.dtype,
                        model.knobs.attention, dict(optimizations or {}), batch_size, options,
                        datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -154,7 +166,7 @@ def iter_results(model: LoadedModel, documents: Sequence[Document], batch_size: 
     for start in range(0, len(documents), step):
         if cancel is not None and cancel.is_set():
             raise Cancelled()
-        for result in model.extract(documents[start:start + step], batch_size=batch_size, **options):
+        for result in extract(model, documents[start:start + step], batch_size, **options):
             yield capped(result, limit)
 
 
@@ -168,6 +180,13 @@ def capped(result: Result, limit: int) -> Result:
     result.warnings.append(f"{dropped:,} more tuple(s) were dropped: at most {limit:,} are kept per document "
                            "([results] max_tuples_per_document in settings.toml)")
     return result
+
+
+def extract(model: LoadedModel, documents: Sequence[Document], batch_size: int, **options) -> Iterator[Result]:
+    """The one way from a model to results for every surface (runs, jobs, evaluation): the model's
+    results, less the tuples that hold an empty span (docs/faithfulness.md)."""
+    for result in model.extract(documents, batch_size=batch_size, **options):
+        yield result.without_empty_spans()
 
 
 def unload(model: LoadedModel | None) -> None:

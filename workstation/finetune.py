@@ -36,7 +36,7 @@ import torch
 
 from workstation import engine
 from workstation.domain import Document, InputError, WeightsError
-from workstation.inputs import json_line
+from workstation.inputs import json_line, require_file
 from workstation.training_events import Cancelled, StopRequest, TrainingEvents
 
 # Inference optimizations that also make sense for training. precision would cast the weights
@@ -84,8 +84,7 @@ def parser() -> argparse.ArgumentParser:
 
 def read_gold(path: Path, family) -> list[tuple[Document, list]]:
     """Gold documents, each checked by its model family; every problem names its line."""
-    if not Path(path).is_file():
-        raise InputError(f"gold file {path} does not exist")
+    require_file(Path(path), "gold file")
     out = []
     with open(path, encoding="utf-8") as f:
         for n, raw in enumerate(f, start=1):
@@ -143,7 +142,7 @@ def evaluate(model, gold_docs, batch_size: int, options: dict | None = None,
     counts = defaultdict(lambda: [0, 0, 0])              # path -> [correct, predicted, gold]
     device = str(model.device)
     with torch.random.fork_rng(devices=[device] if device.startswith("cuda") else []):
-        results = model.extract([d for d, _ in gold_docs], batch_size=batch_size, **(options or {}))
+        results = engine.extract(model, [d for d, _ in gold_docs], batch_size, **(options or {}))
         for (doc, gold), result in zip(gold_docs, results):
             if stop is not None:
                 stop.check()

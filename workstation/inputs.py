@@ -6,12 +6,68 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from workstation.domain import Document, InputError
 
 MAX_LINE_CHARS = 50_000_000
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:]')
+
+
+def _duplicate_position(text: str, key: str) -> int:
+    """Where `key` is given a second time in one object (found only when json has said it is)."""
+    stack: list[set | None] = []                  # per open container: its keys so far (None: an array)
+    tokens = list(_JSON_TOKEN.finditer(text))
+    for i, m in enumerate(tokens):
+        token = m.group()
+        if token in ("{", "["):
+            stack.append(set() if token == "{" else None)
+        elif token in ("}", "]"):
+            if stack:
+                stack.pop()
+        elif (token.startswith('"') and stack and stack[-1] is not None and i + 1 < len(tokens)
+              and tokens[i + 1].group() == ":"):
+            name = json.loads(token)
+            if name == key and name in stack[-1]:
+                return m.start()
+            stack[-1].add(name)
+    return 0
+
+
+def loads(text: str) -> Any:
+    """json.loads, except that a key given twice in one object is an error: json would keep the last
+    value without a word, and a schema or a line would silently lose a type. The error is a
+    JSONDecodeError, so it names its line and column like a syntax error does."""
+    try:
+        return json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKey as e:
+        raise json.JSONDecodeError(f"the key {e.key!r} is given twice", text,
+                                   _duplicate_position(text, e.key)) from None
+
+
+def json_problem(e: json.JSONDecodeError, line: bool = True) -> str:
+    """A JSON error as words: "Expecting ',' delimiter at line 2, column 5" (json's own messages may end
+    in "at" already: "Unterminated string starting at")."""
+    where = f"line {e.lineno}, column {e.colno}" if line else f"column {e.colno}"
+    return f"{e.msg} {where}" if e.msg.endswith(" at") else f"{e.msg} at {where}"
 
 
 def parse_schema_arg(value: str | None) -> Any:
@@ -25,10 +81,10 @@ def parse_schema_arg(value: str | None) -> Any:
         is_file = False
     text = path.read_text("utf-8") if is_file else value
     try:
-        return json.loads(text)
+        return loads(text)
     except json.JSONDecodeError as e:
         where = f"file {path}" if is_file else "--schema"
-        raise InputError(f"{where} is not valid JSON: {e.msg} at position {e.pos}") from None
+        raise InputError(f"{where} is not valid JSON: {json_problem(e)}") from None
 
 
 def _document(obj: Any, line: int, default: Any) -> Document:
@@ -55,12 +111,21 @@ def _with_default(doc: Document, default: Any) -> Document:
     return doc
 
 
-def read_documents(path: Path, default: Any = None, skip_invalid: bool = False
-                   ) -> tuple[list[Document], list[InputError]]:
-    """Read every document; with skip_invalid, bad lines are collected instead of raised."""
-    path = Path(path)
+def require_file(path: Path, what: str = "input file", name: str = "") -> None:
+    """A path that is a readable file; a folder or a missing path is named as what it is."""
+    if path.is_dir():
+        raise InputError(f"{what} {name or path} is a folder, not a file")
     if not path.is_file():
-        raise InputError(f"input file {path} does not exist")
+        raise InputError(f"{what} {name or path} does not exist")
+
+
+def read_documents(path: Path, default: Any = None, skip_invalid: bool = False, name: str = ""
+                   ) -> tuple[list[Document], list[InputError]]:
+    """Read every document; with skip_invalid, bad lines are collected instead of raised. `name` is what
+    messages call the file (an upload's own name, not the temporary file it was saved to)."""
+    path = Path(path)
+    require_file(path, name=name)
+    name = name or str(path)
     suffix = path.suffix.lower()
     docs: list[Document] = []
     errors: list[InputError] = []
@@ -78,13 +143,15 @@ def read_documents(path: Path, default: Any = None, skip_invalid: bool = False
             with open(path, encoding="utf-8-sig", newline="") as f:
                 reader = csv.DictReader(f)
                 if not reader.fieldnames or "text" not in reader.fieldnames:
-                    raise InputError(f"{path} has no 'text' column (columns: {reader.fieldnames})")
+                    raise InputError(f"{name} has no 'text' column (columns: {reader.fieldnames})")
                 for n, row in enumerate(reader, start=2):
                     add(lambda: _with_default(Document(row.get("id") or str(n - 1), row["text"] or "", line=n),
                                               default), n)
         elif suffix == ".txt":
             with open(path, encoding="utf-8") as f:
                 for n, text in enumerate(f, start=1):
+                    if not text.strip():
+                        continue                         # a blank line separates texts; it is not one
                     add(lambda: _with_default(Document(str(n), text.rstrip("\r\n"), line=n), default), n)
         else:                                            # .jsonl / .json lines
             with open(path, encoding="utf-8") as f:
@@ -93,27 +160,27 @@ def read_documents(path: Path, default: Any = None, skip_invalid: bool = False
                         continue
                     add(lambda raw=raw, n=n: _document(json_line(raw, n), n, default), n)
     except UnicodeDecodeError as e:
-        raise InputError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+        raise InputError(f"{name} is not UTF-8 text ({e.reason} at byte {e.start}); is it a binary file?") from None
     return docs, errors
 
 
 def json_line(raw: str, line: int, source: str = "") -> Any:
     """One line of a JSONL file, parsed; a syntax error names the line and the column (and the file)."""
     try:
-        return json.loads(raw)
+        return loads(raw)
     except json.JSONDecodeError as e:
-        raise InputError(f"{source + ': ' if source else ''}malformed JSON ({e.msg} at column {e.colno})",
+        raise InputError(f"{source + ': ' if source else ''}malformed JSON ({json_problem(e, line=False)})",
                          line) from None
 
 
-def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False
+def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False, name: str = ""
                          ) -> tuple[list[Document], list[InputError]]:
     """read_documents, then the model's own checks (schema, labels, text) on every document."""
-    documents, errors = read_documents(path, default, skip_invalid)
+    documents, errors = read_documents(path, default, skip_invalid, name)
     valid = []
     for doc in documents:
         try:
-            family.validate(doc)
+            family.check(doc)
             valid.append(doc)
         except InputError as e:
             if not skip_invalid:

@@ -248,7 +248,7 @@ class JobRunner:
                     with borrow() as (model, active):
                         run.ready(model, active)
                         for document in documents:
-                            model.family.validate(document)
+                            model.family.check(document)
                         on_cuda = model.device.startswith("cuda")
                         if on_cuda:
                             torch.cuda.reset_peak_memory_stats(model.device)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from workstation.domain import Document, InputError, Result
+from workstation.domain import Document, InputError, Result, require_text
 from workstation.stages import IDLE, StageClock
 
 
@@ -124,6 +124,11 @@ class ModelFamily(ABC):
     @abstractmethod
     def validate(self, document: Document) -> None:
         """Raise InputError (with the document's line) if the document cannot be run."""
+
+    def check(self, document: Document) -> None:
+        """What the host calls before a run: its own rules for every model (no blank text), then `validate`."""
+        require_text(document)
+        self.validate(document)
 
     @abstractmethod
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> LoadedModel:

@@ -15,6 +15,7 @@ class Optimization(ABC):
     description: str          # one honest line
     switch: Switch = "live"   # live: acts on the loaded model; reload: model is reloaded; restart: process restart
     lossless: bool = True     # False: outputs may move within a stated tolerance (reduced precision)
+    inference: bool = True    # False: acts in fine-tuning only, so an extraction run does not record it as active
 
     @abstractmethod
     def applies_to(self, model: LoadedModel) -> tuple[bool, str]:

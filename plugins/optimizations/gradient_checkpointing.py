@@ -11,6 +11,7 @@ class GradientCheckpointing(Optimization):
                    "kept for a backward pass, so it has no effect on extraction.")
     switch = "live"
     lossless = True
+    inference = False
 
     def applies_to(self, model):
         if "checkpointing" not in model.capabilities:
@@ -20,7 +21,7 @@ class GradientCheckpointing(Optimization):
 
     def enable(self, model, **_):
         model.knobs.checkpointing = True
-        return "on (training only)"
+        return "on"
 
     def disable(self, model):
         model.knobs.checkpointing = False

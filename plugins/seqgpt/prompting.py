@@ -11,6 +11,7 @@ comma is several labels, exactly as the reference would read it.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -62,7 +63,10 @@ def normalise_labels(labels, line: int | None = None) -> list[str]:
     out: list[str] = []
     for label in labels:
         if not isinstance(label, str):
-            raise InputError(f"label {label!r} is a {type(label).__name__}, not a string", line)
+            kind = "null" if label is None else {dict: "a JSON object", list: "a list", bool: "true/false"}.get(
+                type(label), "a number")
+            shown = json.dumps(label, ensure_ascii=False, default=str)
+            raise InputError(f"every label must be a string, but one is {kind}: {shown}", line)
         if "\n" in label or "\r" in label:
             raise InputError(f"label {label!r} contains a line break; the model's output is one line per label",
                              line)

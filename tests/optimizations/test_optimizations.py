@@ -37,6 +37,7 @@ def test_lossless_stack_on_cpu_matches_fp32_eager(fresh_rex):
     baseline = outputs(fresh_rex, docs, 4)
     active = engine.apply_optimizations(fresh_rex, ["flash-attention", "sparse-mask", "gradient-checkpointing"])
     assert active["flash-attention"] == "sdpa" and fresh_rex.knobs.unpad
+    assert "gradient-checkpointing" not in active and fresh_rex.knobs.checkpointing   # training only: not recorded
     assert outputs(fresh_rex, docs, 4) == baseline
     engine.apply_optimizations(fresh_rex, [])
     assert fresh_rex.knobs.attention == "eager" and not fresh_rex.knobs.unpad

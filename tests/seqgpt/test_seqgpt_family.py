@@ -140,8 +140,9 @@ def test_the_optimization_plugins_switch_the_attention_kernel_and_refuse_the_res
     for name in ("sparse-mask", "memory-pool", "precision"):   # precision: CPU here
         with pytest.raises(InputError, match="does not apply"):
             engine.apply_optimizations(loaded, [name])
-    # Gradient checkpointing acts in fine-tuning only, and says so.
-    assert engine.apply_optimizations(loaded, ["gradient-checkpointing"]) == {"gradient-checkpointing": "on (training only)"}
+    # Gradient checkpointing acts in fine-tuning only: switched on, but not recorded as active for extraction.
+    assert engine.apply_optimizations(loaded, ["gradient-checkpointing"]) == {}
+    assert loaded.knobs.checkpointing
 
 
 def test_set_dtype_casts_the_network_and_records_it(loaded):

@@ -77,7 +77,8 @@ def test_empty_text_gives_no_prompt_and_is_not_an_error():
 @pytest.mark.parametrize("task, labels, text, message", [
     ("ext", [], "t", "non-empty list"),
     ("ext", None, "t", "non-empty list"),
-    ("ext", ["LOC", 3], "t", "not a string"),
+    ("ext", ["LOC", 3], "t", "every label must be a string, but one is a number: 3"),
+    ("ext", ["LOC", None], "t", "one is null: null"),
     ("ext", ["LO\nC"], "t", "line break"),
     ("ext", ["time: start"], "t", "colon"),
     ("ext", ["时间：开始"], "t", "colon"),

@@ -82,10 +82,12 @@ def test_excel_has_runs_documents_spans_within_cell_limits_and_no_formulas(two_r
     assert runs[0][:2] == ("id", "created_at (UTC)") and [r[0] for r in runs[1:]] == run_ids
     cells = [c for row in book.worksheets for line in row.iter_rows() for c in line]
     assert not any(c.data_type == "f" for c in cells)
-    spans = {c.value for c in book["Spans"]["F"][1:]}
-    assert {"'=SUM(A1:A9)", "'-5", "阿里巴巴", "七"} <= spans
+    spans = {c.value: c for c in book["Spans"]["F"][1:]}
+    assert {"=SUM(A1:A9)", "-5", "阿里巴巴", "七"} <= set(spans)      # no literal apostrophe in the value
+    assert spans["=SUM(A1:A9)"].quotePrefix and spans["-5"].quotePrefix and spans["=SUM(A1:A9)"].data_type == "s"
+    assert not spans["阿里巴巴"].quotePrefix
     documents = book["Documents"]
-    assert "🙂" in documents["D2"].value and documents["D3"].value.startswith("'=SUM")
+    assert "🙂" in documents["D2"].value and documents["D3"].value.startswith("=SUM") and documents["D3"].quotePrefix
     long_text = documents["D4"].value
     assert len(long_text.encode("utf-16-le")) // 2 <= ex.EXCEL_CELL_LIMIT and long_text.endswith(ex.TRUNCATED)
     frame = pd.read_excel(path, sheet_name="Spans")
@@ -114,6 +116,7 @@ def test_parquet_reads_back_typed_with_nulls_for_ungrounded_spans(two_runs, tmp_
     ex.export_runs(store, run_ids, "parquet", path)
     frame = pd.read_parquet(path)
     assert list(frame.columns) == list(ex.SPAN_COLUMNS) and len(frame) == 7
+    assert str(frame["start"].dtype) == str(frame["end"].dtype) == "Int64"     # not float64 with NaN
     assert frame["span"].tolist()[:4] == ["张三", "北京", "阿里巴巴", "=SUM(A1:A9)"]   # data, not a spreadsheet
     assert frame["start"].isna().tolist() == [False] * 5 + [True, False]
     assert frame.loc[6, "type"] == "字"
@@ -196,3 +199,23 @@ def test_export_bytes_gives_a_download_name_and_content(recorded):
     store, run_id = recorded
     data, name, report = ex.export_bytes(store, [run_id], "csv")
     assert name == f"runs-{run_id}.csv" and data.startswith(b"\xef\xbb\xbf") and report.spans == 6
+
+
+def test_unguard_formula_undoes_the_csv_guard_only():
+    for value in ("=1+1", "-5", "@x", "北京", "'quoted", ""):
+        assert ex.unguard_formula(ex.guard_formula(value)) == value
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tuples_with_misplaced_offsets_are_left_out_of_every_format_and_counted(store, tmp_path, fmt):
+    text = "张三出生于北京。"
+    bad = [[Span("地点", "", (7, 0))],                                # the reference's empty [start, 0]
+           [Span("人物", "张三", (0, 2)), Span("出生地", "北京", (5, 99))],  # outside the text
+           [Span("人物", "李四", (0, 2))]]                              # covers other text
+    run_id = store.record_run(make_report([Result("d", [[Span("人物", "张三", (0, 2))], *bad])]),
+                              [Document("d", text, {"人物": None})], "ui")
+    report = ex.export_runs(store, [run_id], fmt, tmp_path / f"out{ex.exporters()[fmt].suffix}")
+    assert report.invalid == 3 and report.spans == 1 and "3 tuples were left out" in report.message()
+    if fmt in ("jsonl", "csv", "label-studio", "doccano"):
+        written = report.path.read_text("utf-8-sig")
+        assert "李四" not in written and "出生地" not in written

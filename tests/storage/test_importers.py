@@ -174,6 +174,15 @@ def test_doccano_sequence_labelling_relations_and_classification_shapes():
     ('[{"data": {"text": "Alice"}, "annotations": [{"result": [{"type": "relation", "from_id": "x", "to_id": "y"}]}]}]',
      None, "task 1: a relation's from region 'x' is not among the labelled spans"),
     ('{"text": "Alice", "label": [[0, 9, "p"]]}', None, "line 1, label 1: offset [0, 9] is not inside the text"),
+    ('{"text": "Alice", "entities": [{"id": 1, "label": "p", "start_offset": 4, "end_offset": 0}]}', None,
+     "line 1, entity 1: offset [4, 0] is an empty or reversed span"),
+    ('{"text": "ab", "output": [[{"type": "x", "span": "", "offset": [1, 0]}]]}', None,
+     "line 1, output tuple 1: offset [1, 0] is an empty or reversed span"),
+    ('{"text": "ab", "output": [[{"type": "x", "span": "b", "offset": [0, 1]}]]}', None,
+     "line 1: output tuple 1: offset [0, 1] covers 'a', not the span 'b'"),
+    ('[{"data": {"text": "Alice"}, "annotations": [{"result": [{"id": "r", "type": "labels", '
+     '"value": {"start": 5, "end": 0, "labels": ["p"]}}]}]}]', None,
+     "task 1, result 1 (id r): offsets [5, 0) are an empty or reversed span"),
     ('{"text": "Alice", "label": [[0, 2]]}', "doccano", "line 1: label 1 must be [start, end, \"TYPE\"]"),
     ("[1, 2", None, "not a Label Studio JSON export"),
     ("", None, "f is empty"),
@@ -189,7 +198,7 @@ def test_a_failed_validation_imports_nothing_not_even_the_new_dataset(store):
     good = {"id": "a", "text": "张三在北京", "output": [[{"type": "人物", "span": "张三", "offset": [0, 2]}]]}
     bad = {"id": "b", "text": "李四", "output": [[{"type": "人物", "span": "李", "offset": [0, 2]}]]}
     data = "\n".join(json.dumps(x, ensure_ascii=False) for x in (good, good, bad)).encode()
-    with pytest.raises(InputError, match=r"line 3: .*'李' is not text\[0:2\]"):
+    with pytest.raises(InputError, match=r"line 3: .*covers '李四', not the span '李'"):
         im.import_dataset(store, data, "rexuninlu", "people", name="people.jsonl", validate=rex_validate)
     assert store.list_datasets() == []
     report = im.import_dataset(store, data.rsplit(b"\n", 1)[0], "rexuninlu", "people", validate=rex_validate)

@@ -128,3 +128,45 @@ def test_stores_opened_at_once_on_a_new_file_migrate_it_once(tmp_path):
         assert [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY rowid")] == ALL
     for s in stores:
         s.close()
+
+
+def test_an_existing_database_upgrades_to_run_ids_that_are_never_reused(tmp_path):
+    path = tmp_path / "runs.db"
+    engine = create_sqlite_engine(path)
+    assert migrations.migrate(engine, upto="m003_datasets_and_training_runs")[-1] == "m003_datasets_and_training_runs"
+    engine.dispose()
+    old = Store(path, migrate=False)
+    docs, results = ner_run()
+    ids = [old.record_run(make_report(results), docs, "ui") for _ in range(3)]
+    old.delete_run(ids[-1])
+    assert old.record_run(make_report(results), docs, "ui") == ids[-1]      # the old schema reused the id
+    old.close()
+
+    store = open_store(path)                                                # m004 rebuilds the table
+    assert store.schema_version() == ALL
+    with sqlite3.connect(path) as conn:
+        assert "AUTOINCREMENT" in conn.execute("SELECT sql FROM sqlite_master WHERE name = 'runs'").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 6     # nothing cascaded away
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name = 'ix_runs_created_at'").fetchone()
+    assert [len(store.get_run(i).items) for i in ids] == [2, 2, 2]
+    store.delete_run(ids[-1])
+    store.delete_run(ids[-2])
+    newest = store.record_run(make_report(results), docs, "ui")
+    assert newest == ids[-1] + 1                                            # not reused
+    store.delete_run(newest)
+    assert store.record_run(make_report(results), docs, "ui") == newest + 1
+    assert {r.id for r in store.search_runs("阿里巴巴")} == {ids[0], newest + 1}   # search triggers still index
+    store.delete_run(ids[0])                                                # and deletes still cascade
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == 2
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    store.close()
+
+
+def test_a_new_database_never_reuses_run_ids(tmp_path):
+    store = open_store(tmp_path / "runs.db")
+    docs, results = ner_run()
+    first = store.record_run(make_report(results), docs, "ui")
+    store.delete_run(first)
+    assert store.record_run(make_report(results), docs, "ui") == first + 1
+    store.close()

@@ -151,6 +151,19 @@ def test_compare_runs_over_different_inputs_marks_missing_documents(store):
     assert [(r.doc_id, r.in_a, r.in_b, len(r.only_a)) for r in rows] == [("p", True, False, 1), ("z", False, True, 0)]
 
 
+def test_compare_runs_matches_documents_by_id_and_text_and_names_texts_that_differ(store):
+    same = [Span("x", "a", (0, 1))]
+    a = store.record_run(make_report([Result("p", [same]), Result("q", [same])]),
+                         [Document("p", "a"), Document("q", "a b")], "ui")
+    b = store.record_run(make_report([Result("p", [same]), Result("q", [same])]),
+                         [Document("p", "a"), Document("q", "a c")], "ui")
+    cmp = store.compare_runs(a, b)
+    assert cmp.texts_differ == ["q"] and not cmp.same_inputs and not cmp.identical
+    assert [(d.doc_id, d.text, d.in_a, d.in_b) for d in cmp.documents] == [
+        ("p", "a", True, True), ("q", "a b", True, False), ("q", "a c", False, True)]
+    assert store.compare_runs(a, a).same_inputs and store.compare_runs(a, a).identical
+
+
 def test_cli_records_through_record_cli_run(tmp_path):
     docs, results = ner_run()
     db = tmp_path / "new" / "dir" / "runs.db"

@@ -252,7 +252,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     newest = store.search_runs(limit=1)[0]              # run 3 is the batch job's
     page.get_by_text(f"Run 2 (A) vs run {newest.id} (B)").wait_for()
     assert newest.source == "ui" and newest.optimizations.keys() == {"sparse-mask"}
-    assert "Both runs extracted exactly the same tuples." in page.get_by_test_id("stMain").inner_text()
+    assert "Both runs read the same texts and extracted exactly the same tuples." in page.get_by_test_id("stMain").inner_text()
     shot(page, shots, "optimizations")
 
     for title, name in (("GPU monitor", "monitor"), ("Plugins", "plugins")):
@@ -260,7 +260,7 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
         assert page.get_by_test_id("stException").count() == 0, title
         if name == "monitor":
             from workstation.monitor import NvmlMonitor
-            expected = "GPU 0" if NvmlMonitor().available else "No NVIDIA GPU"
+            expected = "GPU 0" if NvmlMonitor().available else "The GPU monitor is off"
             page.get_by_text(expected).first.wait_for()
         shot(page, shots, name)
     store.close()

@@ -58,10 +58,14 @@ def test_broken_json_is_reported_with_its_line_and_nothing_runs(app):
     assert at.text_area(key="text:fakeie").value == "Alice met Bob in Paris."   # the text is kept
 
 
-def test_the_model_validation_message_is_shown(app):
+def test_blank_text_is_refused_and_the_model_validation_message_is_shown(app):
     at = app.run()
     at.text_area(key="text:fakeie").input("   ").run()
-    assert any("the text is empty" in e.value for e in at.error)
+    assert any("has no text" in e.value for e in at.error)
+    assert button(at, "Run").disabled
+    at.text_area(key="text:fakeie").input("x").run()
+    at.text_area(key="schema:fakeie").input("5").run()
+    assert any("this task takes a JSON object of types" in e.value and "holds a number" in e.value for e in at.error)
 
 
 def test_hostile_text_and_type_names_are_escaped_everywhere(app):
@@ -82,8 +86,13 @@ def test_a_huge_paste_is_drawn_in_part_but_extracted_in_full(app):
     at.text_area(key="text:fakeie").input(text).run()
     button(at, "Run").click().run()
     assert not at.exception
-    drawn = html(at)
-    assert "Showing the first 20,000 of 60,012 characters" in drawn and ">Alice</mark>" in drawn
+    def text_html():
+        return "".join(h.value for h in at.get("html") if "iew-text" in h.value)
+    assert ">Alice</mark>" in text_html() and "Paris" not in text_html()          # page 1 of the text
+    assert any("Characters 0–4,000 of 60,012" in c.value for c in at.caption)
+    pager = at.number_input(key="text-page-extract")
+    pager.set_value(pager.max).run()
+    assert ">Paris</mark>" in text_html() and "Alice" not in text_html()
     detail = state.store().get_run(at.session_state["extract_run_id"])
     assert detail.items[0][0].text == text
     assert [s.span for t in detail.items[0][1].tuples for s in t] == ["Alice", "Paris"]   # past the cut too

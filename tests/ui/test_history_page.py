@@ -69,8 +69,12 @@ def test_compare_shows_the_span_diff(two_runs):
     button(at, "Compare").click().run()
     assert not at.exception
     diff = at.dataframe[-1].value
-    assert sorted(zip(diff["change"], diff["tuple"])) == [("only in A", "Paris: Paris [17, 22)"),
-                                                          ("only in B", "Bob: Bob [10, 13)")]
+    # The two runs read different texts under the same id ("… in Paris." / "… in Rome."): two documents.
+    assert ("only in A", "Paris: Paris [17, 22)") in set(zip(diff["change"], diff["tuple"]))
+    assert ("only in B", "(the whole document)") in set(zip(diff["change"], diff["tuple"]))
+    assert any("1 document(s) have the same id but a different text" in w.value for w in at.warning)
+    assert next(m for m in at.metric if m.label == "Speed-up B over A").value == "—"
+    assert not any("exactly the same tuples" in s.value for s in at.success)
 
 
 def test_rerun_records_a_new_run_with_the_same_documents_and_settings(two_runs):
@@ -84,7 +88,7 @@ def test_rerun_records_a_new_run_with_the_same_documents_and_settings(two_runs):
     assert [d.text for d, _ in again.items] == [d.text for d, _ in old.items]
     assert [d.schema for d, _ in again.items] == [{"Alice": None, "Bob": None}]
     assert again.settings["device"] == "cpu" and again.summary.task == old.summary.task
-    assert any(s.value == "Both runs extracted exactly the same tuples." for s in at.success)
+    assert any(s.value == "Both runs read the same texts and extracted exactly the same tuples." for s in at.success)
 
 
 def test_delete_removes_the_selected_runs(two_runs):
@@ -124,3 +128,12 @@ def test_runs_are_listed_by_finish_time_and_the_page_says_so(app, ui_env):
     assert listed(at) == [long_job, quick]
     assert any("the latest finished first" in c.value for c in at.caption)
     assert list(at.dataframe[0].value.columns[:3]) == ["run", "finished", "started"]
+
+
+def test_clicking_rows_of_the_table_selects_those_runs(two_runs):
+    at, a, b = two_runs
+    first = listed(at)[0]
+    at.session_state["history_table"] = {"selection": {"rows": [0], "columns": [], "cells": []}}
+    at.run()
+    assert not at.exception and at.multiselect(key="history_selected").value == [first]
+    assert not button(at, "Open").disabled

@@ -1,6 +1,7 @@
 """The Optimizations page: applicability with reasons, toggles, run again, side-by-side comparison."""
 from __future__ import annotations
 
+from tests.ui.markdown import shown
 from workstation.ui import state
 
 PAGE = "screens/optimizations.py"
@@ -11,7 +12,7 @@ def button(at, label):
 
 
 def captions(at) -> str:
-    return "\n".join(c.value for c in at.caption)
+    return "\n".join(shown(c.value) for c in at.caption)
 
 
 def test_every_optimization_is_listed_with_whether_it_applies_and_why(app):

@@ -124,3 +124,51 @@ def test_the_coverage_note_says_how_much_was_read():
     assert render.coverage_note("abc def", None) is None
     assert "all of the text" in render.coverage_note("abc def", [(0, 7)])
     assert "read 3 of 6 characters" in render.coverage_note("abc def", [(4, 7)])
+
+
+def test_a_huge_text_is_cut_into_pages_that_cover_it_without_splitting_words():
+    text = ("word " * 9 + "end\n") * 1_000                     # 48,000 characters
+    pages = render.text_pages(text)
+    assert pages[0][0] == 0 and pages[-1][1] == len(text) and len(pages) >= len(text) // render.PAGE_CHARS
+    assert all(a[1] == b[0] for a, b in zip(pages, pages[1:]))
+    assert all(end - start <= render.PAGE_CHARS and text[end - 1] == "\n" for start, end in pages[:-1])
+    assert render.text_pages("") == [(0, 0)] and render.text_pages("abc") == [(0, 3)]
+
+
+def test_a_page_draws_only_its_window_with_spans_shifted_and_clipped():
+    text = "aaaa BBBB cccc DDDD"
+    spans = [Span("b", "BBBB", (5, 9)), Span("d", "DDDD", (15, 19)), Span("x", "cccc DD", (10, 17))]
+    html = render.spans_html(text, spans, limit=9, start=10)      # "cccc DDDD"
+    assert "BBBB" not in html and "aaaa" not in html
+    assert ">cccc </mark>" in html and ">DD</mark>" in html      # offsets shifted to the window; overlaps nest
+    assert html.count(">x</span>") == 1 and html.count(">d</span>") == 1
+
+
+def test_a_huge_result_renders_in_pages():
+    from streamlit.testing.v1 import AppTest
+    script = '''
+import streamlit as st
+from workstation.domain import Document, Result, Span
+from workstation.ui import results
+text = ("张三在北京工作。" * 2_500)                                   # 20,000 characters
+spans = [Span("人物", "张三", (i, i + 2)) for i in range(0, len(text), 8)]
+results.document_result(Document("1", text), Result("1", [[s] for s in spans]), key="big")
+'''
+    at = AppTest.from_string(script, default_timeout=60).run()
+    assert not at.exception
+    drawn = [h.value for h in at.get("html") if "iew-text" in h.value]
+    assert len(drawn) == 1 and drawn[0].count("<mark") <= render.PAGE_CHARS // 8 + 1
+    pager = at.number_input(key="text-page-big")
+    assert pager.max == len(render.text_pages("张三在北京工作。" * 2_500)) >= 5
+    pager.set_value(3).run()
+    drawn = [h.value for h in at.get("html") if "iew-text" in h.value]
+    assert len(drawn) == 1 and any("Characters 8,000" in c.value for c in at.caption)
+
+
+def test_confidence_is_a_number_column_or_absent_never_the_text_none():
+    import pandas as pd
+    from workstation.ui.results import with_confidence
+    mixed = with_confidence(pd.DataFrame([{"tuple": "a", "confidence": 0.5}, {"tuple": "b", "confidence": None}]))
+    assert str(mixed["confidence"].dtype) == "float64" and mixed["confidence"].isna().tolist() == [False, True]
+    none = with_confidence(pd.DataFrame([{"tuple": "a", "confidence": None}]))
+    assert "confidence" not in none.columns

@@ -25,15 +25,33 @@ def test_jsonl_in_jsonl_out_same_order_with_ids(tmp_path, rex_tiny, rex_model):
     from workstation.domain import Document
     lines = [{"id": "a", "text": "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "schema": NER},
              {"id": 7, "text": "[CLASSIFY]很好看", "schema": {"正向": None, "负向": None}},
-             {"id": "e", "text": "", "schema": NER}]
+             {"id": "n", "text": "北京", "schema": NER}]
     code, out = extract(tmp_path, rex_tiny, write_lines(tmp_path / "in.jsonl", lines), "--batch-size", "2")
     assert code == 0
     got = [json.loads(l) for l in out.read_text("utf-8").splitlines()]
-    assert [g["id"] for g in got] == ["a", "7", "e"]
+    assert [g["id"] for g in got] == ["a", "7", "n"]
     expected = [r.to_json()["output"] for r in rex_model.extract(
         [Document(str(l["id"]), l["text"], l["schema"]) for l in lines])]
     assert [g["output"] for g in got] == expected
-    assert got[1]["output"][0][0]["span"] == "[CLASSIFY]" and got[2]["output"] == []
+    assert got[1]["output"][0][0]["span"] == "[CLASSIFY]"
+
+
+def test_blank_lines_of_a_txt_file_are_not_documents(tmp_path, rex_tiny):
+    texts = [f"张三{i}在北京" for i in range(25)]
+    (tmp_path / "in.txt").write_text("\n".join(texts[:10]) + "\n\n  \n" + "\n".join(texts[10:]) + "\n\n\n", "utf-8")
+    code, out = extract(tmp_path, rex_tiny, tmp_path / "in.txt", "--schema", json.dumps(NER))
+    assert code == 0 and len(out.read_text("utf-8").splitlines()) == 25
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\t\n "])
+def test_blank_text_is_refused_with_its_line(tmp_path, rex_tiny, capsys, text):
+    inp = write_lines(tmp_path / "in.jsonl", [{"id": "ok", "text": "好", "schema": NER},
+                                              {"id": "e", "text": text, "schema": NER}])
+    code, out = extract(tmp_path, rex_tiny, inp)
+    assert code == 2 and not out.exists()
+    assert "line 2: document 'e' has no text" in capsys.readouterr().err
+    code, out = extract(tmp_path, rex_tiny, inp, "--skip-invalid")
+    assert code == 0 and [json.loads(l)["id"] for l in out.read_text().splitlines()] == ["ok"]
 
 
 def test_txt_and_csv_inputs_take_the_schema_option(tmp_path, rex_tiny):
@@ -53,6 +71,7 @@ def test_txt_and_csv_inputs_take_the_schema_option(tmp_path, rex_tiny):
     ({"id": 1, "text": "x", "schema": {"[TYPE]": None}}, "line 2: .*reserved token"),
     ({"id": 1, "schema": NER}, "line 2: missing \"text\""),
     ({"id": 1, "text": "x"}, "line 2: no schema"),
+    ({"id": 1, "text": " ", "schema": NER}, "line 2: document '1' has no text"),
     ([1, 2], "line 2: expected a JSON object"),
 ])
 def test_bad_line_is_named_and_no_output_is_written(tmp_path, rex_tiny, capsys, bad, message):

@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:           # `streamlit run` puts only this folder 
 import streamlit as st  # noqa: E402
 
 from workstation.models import DEMO_NOTICE  # noqa: E402
-from workstation.ui import state  # noqa: E402
+from workstation.ui import render, state  # noqa: E402
 
 SCREENS = Path(__file__).parent / "screens"
 
@@ -39,9 +39,9 @@ def sidebar() -> None:
                          help="auto = the first CUDA GPU when there is one, else the CPU.")
     weights_choice(name)
     weights, demo = state.weights_for(name)
-    st.sidebar.caption(f"Weights: `{weights}`")
+    st.sidebar.caption(f"Weights: {render.md_code(weights)}")
     if demo:
-        st.warning(f"**{name}: {DEMO_NOTICE}**", icon=":material/warning:")
+        st.warning(f"**{render.md_text(name)}: {DEMO_NOTICE}**", icon=":material/warning:")
 
 
 def weights_choice(name: str) -> None:

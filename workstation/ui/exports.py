@@ -10,6 +10,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from workstation.ui import render
+
 
 @st.cache_resource(show_spinner=False)
 def _export_dir() -> Path:
@@ -33,10 +35,10 @@ def export_picker(store, run_ids: list[int]) -> None:
                 report = export_runs(store, list(run_ids), fmt, path)
             st.session_state["export_file"] = (fmt, tuple(run_ids), str(path), report.message())
         except Exception as e:          # an exporter failing must not take the history page down
-            st.error(f"Export failed: {type(e).__name__}: {e}")
+            st.error(f"Export failed: {type(e).__name__}: {render.md_text(e)}")
     prepared = st.session_state.get("export_file")
     if prepared and prepared[:2] == (fmt, tuple(run_ids)) and Path(prepared[2]).exists():
         path = Path(prepared[2])
-        st.caption(prepared[3])
+        st.caption(render.md_text(prepared[3]))
         st.download_button(f"Download {path.name}", data=path.read_bytes(), file_name=path.name,
                            mime=exporter.mime, key="export_download", type="primary", on_click="ignore")

@@ -152,7 +152,7 @@ def _add_form(d: dict, doc: Document, actions: list) -> None:
             if not type_name or not span:
                 st.error("Give a type and the span text.")
             elif found is None:
-                st.error(f"{span!r} does not occur {int(nth)} time(s) in the text.")
+                st.error(f"“{render.md_text(span)}” does not occur {int(nth)} time(s) in the text.")
             else:
                 actions.append(("add", [{"type": type_name, "span": span, "offset": list(found)}]))
 
@@ -186,7 +186,7 @@ def _tuple_editor(d: dict, doc: Document, actions: list) -> None:
             st.html(render.covered_html(text, *(e["offset"] or (None, None))))
             problem = element_problem(text, e)
             if problem:
-                st.error(f"Element {j + 1} {problem}.")
+                st.error(f"Element {j + 1} {render.md_text(problem)}.")
             if problem or (e["offset"] is None and e["span"]):   # a span without a position: offer to find it
                 fix = st.columns(3)
                 covered = text[e["offset"][0]:e["offset"][1]] if e["offset"] and 0 <= e["offset"][0] < \
@@ -196,7 +196,7 @@ def _tuple_editor(d: dict, doc: Document, actions: list) -> None:
                 if e["span"] and fix[1].button("Find the span text", key=_key(d, selected, j, "find")):
                     found = find(text, e["span"], e["offset"][0] if e["offset"] else -1)
                     if found is None:
-                        st.error(f"{e['span']!r} does not occur in the text.")
+                        st.error(f"“{render.md_text(e['span'])}” does not occur in the text.")
                     else:
                         actions.append(("set", selected, j, {"offset": list(found)}))
         deeper = allowed_types(doc, tup, len(tup))
@@ -249,7 +249,7 @@ def _save(store, d: dict, run_id: int, model: str, position: int, doc: Document)
         except Exception as e:              # a plugin's check tripping over odd input must not crash the page
             found.append(f"{model} could not check this example: {type(e).__name__}: {e}")
     for p in found[:10]:
-        st.error(p)
+        st.error(render.md_text(p))
     pending = st.session_state.pop("gold_dataset_next", None)
     datasets = {ds.id: ds for ds in store.list_datasets(model)}
     if pending in datasets:
@@ -269,7 +269,7 @@ def _save(store, d: dict, run_id: int, model: str, position: int, doc: Document)
             example_id, created = store.save_gold_example(target, model, gold_document(run_id, doc), output,
                                                           run_id=run_id, position=position)
         except InputError as e:
-            st.error(str(e))
+            st.error(render.md_text(e))
         else:
             dataset = store.gold_example(example_id).dataset_id
             st.session_state["gold_dataset_next"] = dataset
@@ -279,4 +279,5 @@ def _save(store, d: dict, run_id: int, model: str, position: int, doc: Document)
     saved = st.session_state.pop("gold_saved", None)
     if saved:
         example_id, created, dataset_name = saved
-        st.success(f"{'Saved' if created else 'Updated'} gold example {example_id} in dataset {dataset_name!r}.")
+        st.success(f"{'Saved' if created else 'Updated'} gold example {example_id} in dataset "
+                   f"“{render.md_text(dataset_name)}”.")

@@ -12,6 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from workstation.monitor import GpuRecorder, GpuSample, Snapshot
+from workstation.ui import render
 
 MIB = 1 << 20
 
@@ -54,7 +55,7 @@ def process_frame(gpu: GpuSample, own_pid: int) -> pd.DataFrame:
 
 def gpu_card(gpu: GpuSample, history: list[Snapshot], compact: bool) -> None:
     with st.container(border=True):
-        st.markdown(f"**GPU {gpu.index}** · {gpu.name or 'unknown board'}")
+        st.markdown(f"**GPU {gpu.index}** · {render.md_text(gpu.name or 'unknown board')}")
         cols = st.columns(4)
         used = _num(gpu.memory_used and gpu.memory_used / MIB, ",.0f")
         total = _num(gpu.memory_total and gpu.memory_total / MIB, ",.0f")
@@ -83,7 +84,8 @@ def gpu_card(gpu: GpuSample, history: list[Snapshot], compact: bool) -> None:
 
 def gpu_panel(recorder: GpuRecorder, compact: bool = False) -> None:
     if not recorder.available:
-        st.info(f"No NVIDIA GPU: {recorder.monitor.reason}. The GPU monitor is off; everything else works on the CPU.")
+        # The reason already says what is missing ("no NVIDIA GPU (…)"); it is not repeated in front of it.
+        st.info(f"The GPU monitor is off: {render.md_text(recorder.monitor.reason)}. Everything else works on the CPU.")
         return
     history = recorder.history()
     latest = recorder.latest()

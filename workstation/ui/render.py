@@ -23,7 +23,33 @@ def md_text(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", str(text))
 
 
+def md_code(text: str) -> str:
+    """User text (a path) as inline code in Streamlit markdown: a fence longer than any run of backticks
+    inside, so the text cannot close it; inside code nothing else is markdown."""
+    text = str(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if "`" in text else f"`{text}`"
+
+
 MAX_DRAWN_CHARS = 20_000        # longer texts are drawn up to here (with a note); extraction sees all
+PAGE_CHARS = 4_000              # a longer result is drawn one page at a time: a whole 20,000-character
+                                # text with its spans took seconds to draw, with nothing on the screen meanwhile
+
+
+def text_pages(text: str, size: int = PAGE_CHARS) -> list[tuple[int, int]]:
+    """[start, end) windows of at most `size` characters covering the text, cut just after a line break
+    (else a space) in the second half of a window where there is one, so pages do not split words."""
+    pages: list[tuple[int, int]] = []
+    start = 0
+    while start < len(text):
+        end = min(start + size, len(text))
+        if end < len(text):
+            cut = text.rfind("\n", start + size // 2, end)
+            cut = cut if cut >= 0 else text.rfind(" ", start + size // 2, end)
+            end = cut + 1 if cut >= 0 else end
+        pages.append((start, end))
+        start = end
+    return pages or [(0, 0)]
 
 
 def type_color(type_name: str) -> str:
@@ -56,18 +82,23 @@ def ungrounded(result: Result) -> list[Span]:
 UNREAD_STYLE = "color:#8a8f98;background:#eceef1;text-decoration:line-through;text-decoration-color:#c3c7cd"
 
 
-def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS,
-               unread: Iterable[tuple[int, int]] = ()) -> str:
-    """The text with spans highlighted, the type after each span. Overlaps nest; offsets are clamped.
+def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS, start: int = 0,
+               note: bool = True, unread: Iterable[tuple[int, int]] = ()) -> str:
+    """The text from `start` (at most `limit` characters) with spans highlighted, the type after each
+    span. Overlaps nest; offsets are clamped to the window, so a span crossing its edge is drawn in part.
     `unread`: character ranges the model did not read (domain.unread), drawn greyed out.
 
     The text is cut into segments at every span and unread boundary; a segment takes the colour of the
     innermost span covering it, and a span's type label follows its last segment.
     """
-    shown, n = text[:limit], min(len(text), limit)
-    spans = sorted((s for s in spans if s.offset is not None and 0 <= s.offset[0] < s.offset[1]
-                    and s.offset[0] < n), key=lambda s: s.offset[0])
-    unread = [(max(0, a), min(b, n)) for a, b in unread if a < min(b, n)]
+    start = max(0, min(start, len(text)))
+    shown = text[start:start + limit]
+    n = len(shown)
+    spans = sorted((Span(s.type, s.span, (max(s.offset[0] - start, 0), s.offset[1] - start), s.confidence,
+                         s.grounded)
+                    for s in spans if s.offset is not None and 0 <= s.offset[0] < s.offset[1]
+                    and s.offset[1] > start and s.offset[0] < start + n), key=lambda s: s.offset[0])
+    unread = [(max(0, u - start), min(v - start, n)) for u, v in unread if max(0, u - start) < min(v - start, n)]
     ends: dict[int, list[Span]] = {}
     for s in spans:                     # a span running past the drawn text is labelled at its edge
         ends.setdefault(min(s.offset[1], n), []).append(s)
@@ -91,7 +122,7 @@ def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS,
         parts.append(segment)
         parts.extend(_label_chip(s.type) for s in ends.get(b, ()))
     parts.append("</div>")
-    if len(text) > limit:
+    if note and start == 0 and len(text) > limit:
         parts.append(f'<p style="opacity:0.7"><em>Showing the first {limit:,} of {len(text):,} characters; '
                      f"the table lists every span.</em></p>")
     return "".join(parts)

@@ -38,9 +38,10 @@ def run_numbers(summary) -> None:
     cols[3].metric("Device", summary.device)
     cols[4].metric("Precision", summary.dtype)
     opts = summary.optimizations or {}
-    st.caption("Optimizations: " + (", ".join(f"{k} ({v})" for k, v in opts.items()) if opts
+    st.caption("Optimizations: " + (", ".join(render.md_text(f"{k} ({v})") for k, v in opts.items()) if opts
                                     else "none (fp32 eager path)")
-               + f" · attention: {summary.attention} · {summary.documents} document(s) · model {summary.model}")
+               + f" · attention: {render.md_text(summary.attention)} · {summary.documents:,} document(s) · "
+               f"model {render.md_text(summary.model)}")
     stage_line(summary)
     if summary.demo:
         st.warning(DEMO_NOTICE, icon=":material/warning:")
@@ -57,6 +58,28 @@ def stage_line(summary) -> None:
         st.caption(f"{rate} · no stage timings were recorded for this run")
 
 
+def with_confidence(frame: pd.DataFrame) -> pd.DataFrame:
+    """Confidences as numbers (a missing one is an empty cell, not the text "None"); no column at all when
+    the model gives none (SeqGPT)."""
+    confidence = pd.to_numeric(frame["confidence"], errors="coerce").astype("float64")
+    if confidence.isna().all():
+        return frame.drop(columns="confidence")
+    return frame.assign(confidence=confidence)
+
+
+def highlighted_text(text: str, spans, key: str, unread_ranges=()) -> None:
+    """The text with its spans; a long one a page at a time (drawing all of it at once took seconds)."""
+    pages = render.text_pages(text)
+    if len(pages) == 1:
+        st.html(render.spans_html(text, spans, unread=unread_ranges))
+        return
+    page = st.number_input(f"Text page (of {len(pages):,})", 1, len(pages), 1, key=f"text-page-{key}",
+                           help=f"{len(text):,} characters, drawn about {render.PAGE_CHARS:,} at a time")
+    start, end = pages[int(page) - 1]
+    st.caption(f"Characters {start:,}–{end:,} of {len(text):,} (offsets as in the tuples below)")
+    st.html(render.spans_html(text, spans, limit=end - start, start=start, note=False, unread=unread_ranges))
+
+
 def document_result(doc: Document, result: Result, key: str) -> None:
     """The text with spans drawn, labels with confidences, generated text beside grounded spans, tuples."""
     spans = render.located_spans(result)
@@ -64,16 +87,17 @@ def document_result(doc: Document, result: Result, key: str) -> None:
     with left:
         if spans:
             st.html(render.legend_html(s.type for s in spans))
-        st.html(render.spans_html(doc.text, spans, unread=unread(doc.text, result.coverage)))
+        highlighted_text(doc.text, spans, key, unread(doc.text, result.coverage))
         note = render.coverage_note(doc.text, result.coverage)
         if note:
             (st.warning if unread(doc.text, result.coverage) else st.caption)(note)
         labels = render.labels(result)
         if labels:
             st.markdown("**Labels**")
-            st.dataframe(pd.DataFrame([{"label": s.type if not s.span else s.span, "type": s.type,
-                                        "confidence": s.confidence} for s in labels]),
-                         hide_index=True, key=f"labels-{key}")
+            st.dataframe(with_confidence(pd.DataFrame([{"label": s.type if not s.span else s.span, "type": s.type,
+                                                        "confidence": s.confidence} for s in labels])),
+                         hide_index=True, key=f"labels-{key}",
+                         column_config={"confidence": st.column_config.NumberColumn(format="%.3f")})
     if right is not None:
         with right:
             st.markdown("**Generated text** (what the model wrote, per prompt chunk)")
@@ -82,13 +106,13 @@ def document_result(doc: Document, result: Result, key: str) -> None:
             missing = render.ungrounded(result)
             if missing:
                 st.warning("Not found in the text (ungrounded): "
-                           + "; ".join(f"{s.type}: {_clip(s.span)}" for s in missing[:50]))
+                           + "; ".join(render.md_text(f"{s.type}: {_clip(s.span)}") for s in missing[:50]))
     for w in result.warnings:
-        st.info(w)
+        st.info(render.md_text(w))
     rows = render.tuple_rows(result)
     if rows:
         st.markdown("**Tuples**")
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key=f"tuples-{key}",
+        st.dataframe(with_confidence(pd.DataFrame(rows)), hide_index=True, key=f"tuples-{key}",
                      column_config={"confidence": st.column_config.NumberColumn(format="%.3f")})
         if len(result.tuples) > len(rows):
             st.caption(f"Showing {len(rows):,} of {len(result.tuples):,} tuples; export the run for all.")
@@ -121,14 +145,22 @@ def comparison_view(store, a: int, b: int) -> None:
     try:
         cmp = store.compare_runs(a, b)
     except NotFound as e:
-        st.info(str(e))
+        st.info(render.md_text(e))
         return
     st.markdown(f"**Run {a} (A) vs run {b} (B)**")
     cols = st.columns(4)
-    speedup = cmp.a.wall_seconds / cmp.b.wall_seconds if cmp.b.wall_seconds else None
+    if cmp.texts_differ:
+        st.warning(f"{len(cmp.texts_differ):,} document(s) have the same id but a different text in the two runs "
+                   f"({', '.join(render.md_text(i) for i in cmp.texts_differ[:10])}"
+                   f"{', …' if len(cmp.texts_differ) > 10 else ''}): they are compared as different "
+                   "documents, and the times of the runs are not a like-for-like comparison.")
+    elif not cmp.same_inputs:
+        st.warning("The runs read different documents: the times of the runs are not a like-for-like comparison.")
+    speedup = cmp.a.wall_seconds / cmp.b.wall_seconds if cmp.b.wall_seconds and cmp.same_inputs else None
     cols[0].metric("Wall time B", f"{cmp.b.wall_seconds:.3f} s", f"{cmp.b.wall_seconds - cmp.a.wall_seconds:+.3f} s",
                    delta_color="inverse", help=f"A: {cmp.a.wall_seconds:.3f} s")
-    cols[1].metric("Speed-up B over A", f"{speedup:.2f}×" if speedup else "—")
+    cols[1].metric("Speed-up B over A", f"{speedup:.2f}×" if speedup else "—",
+                   help=None if cmp.same_inputs else "Not shown: the runs read different texts.")
     mem_a, mem_b = cmp.a.peak_memory_bytes, cmp.b.peak_memory_bytes
     cols[2].metric("Peak GPU memory B", fmt_bytes(mem_b),
                    fmt_bytes(mem_b - mem_a) if mem_a is not None and mem_b is not None else None,
@@ -137,7 +169,7 @@ def comparison_view(store, a: int, b: int) -> None:
                    help=f"{cmp.both:,} tuples are in both runs")
     st.dataframe(pd.DataFrame([side_row("A", cmp.a), side_row("B", cmp.b)]), hide_index=True)
     if cmp.identical:
-        st.success("Both runs extracted exactly the same tuples.")
+        st.success("Both runs read the same texts and extracted exactly the same tuples.")
     else:
         st.dataframe(pd.DataFrame(render.comparison_rows(cmp.documents)), hide_index=True)
     agreement_section(store, a, b)

@@ -1,11 +1,12 @@
 """Run documents on a shared model from the UI and record the run (source 'ui')."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from workstation import engine, plugins
-from workstation.domain import Document
+from workstation.domain import Document, InputError
 from workstation.models import ModelFamily, TaskPreset
 from workstation.ui import state
 from workstation.ui.shelf import ModelShelf
@@ -32,11 +33,37 @@ class RunRequest:
         return snap
 
 
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is, in the words of JSON (not Python's type names)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "a JSON object", list: "a list", str: "a string"}.get(type(value), "a number")
+
+
+def check_schema_shape(preset: TaskPreset | None, schema: Any) -> None:
+    """The schema box must hold what the task's model reads: a label list where the preset has one
+    (SeqGPT), otherwise an object of types (RexUniNLU). Said in the UI's words, with an example."""
+    if preset is None:
+        return
+    example = json.dumps(preset.schema[:2] if isinstance(preset.schema, list) else
+                         dict(list(preset.schema.items())[:2]), ensure_ascii=False)
+    if isinstance(preset.schema, list) and not isinstance(schema, list):
+        raise InputError(f"this task takes a list of labels in the schema box, such as {example}; "
+                         f"it holds {json_kind(schema)}")
+    if isinstance(preset.schema, dict) and not isinstance(schema, dict):
+        raise InputError(f"this task takes a JSON object of types in the schema box, such as {example}; "
+                         f"it holds {json_kind(schema)}")
+
+
 def document_for(family: ModelFamily, preset: TaskPreset | None, schema: Any, text: str,
                  doc_id: str = "1") -> Document:
-    """A schema dict drives span extraction (RexUniNLU); a label list drives a generative task (SeqGPT)."""
+    """A schema dict drives span extraction (RexUniNLU); a label list drives a generative task (SeqGPT).
+    Labels are passed as given: the model names a label that is not a string (str() would hide it)."""
+    check_schema_shape(preset, schema)
     if isinstance(schema, list):
-        return Document(doc_id, text, task=preset.name if preset else None, labels=[str(x) for x in schema])
+        return Document(doc_id, text, task=preset.name if preset else None, labels=list(schema))
     return Document(doc_id, text, schema=schema)
 
 
@@ -61,7 +88,7 @@ def run_only(request: RunRequest, documents: Sequence[Document]) -> tuple[engine
     """Validate and run under the model's lock, without recording: (report, weights, dtype)."""
     fam = engine.family(request.model)
     for doc in documents:
-        fam.validate(doc)               # before loading anything: a bad schema costs no GPU time
+        fam.check(doc)               # before loading anything: a bad schema costs no GPU time
     key, weights, dtype, batch_size = target(request)
     with state.model_shelf().borrow(key) as model:
         active = engine.apply_optimizations(model, applicable(model, request.optimizations))

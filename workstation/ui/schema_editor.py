@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from workstation.domain import InputError
+from workstation.inputs import json_problem, loads
 
 
 def parse_schema(source: str) -> Any:
@@ -13,9 +14,9 @@ def parse_schema(source: str) -> Any:
     if not source.strip():
         raise InputError("the schema is empty: give a JSON object such as {\"人物\": null} or a list of labels")
     try:
-        return json.loads(source)
+        return loads(source)
     except json.JSONDecodeError as e:
-        raise InputError(f"schema is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+        raise InputError(f"schema is not valid JSON: {json_problem(e)}") from None
 
 
 def flat_types(schema: Any) -> list[str] | None:

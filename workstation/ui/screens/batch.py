@@ -77,7 +77,7 @@ def read_input(default, skip_invalid: bool) -> tuple[list, list, str]:
         with tempfile.TemporaryDirectory(prefix="iew-upload-") as folder:
             path = Path(folder) / f"input{suffix}"
             path.write_bytes(upload.getvalue())
-            return *read_valid_documents(path, fam, default, skip_invalid), upload.name
+            return *read_valid_documents(path, fam, default, skip_invalid, upload.name), upload.name
     if path_text and path_text.strip():
         path = local_files.local_file(path_text, state.settings(), state.bound_host())
         return *read_valid_documents(path, fam, default, skip_invalid), str(path)
@@ -89,6 +89,7 @@ def default_schema():
     if not source.strip():
         return None                     # every line brings its own schema
     schema = schema_editor.parse_schema(source)
+    runs.check_schema_shape(presets[st.session_state[TASK]], schema)
     return {"task": st.session_state[TASK], "labels": schema} if isinstance(schema, list) else schema
 
 
@@ -104,13 +105,13 @@ if start:
         st.toast(f"Job {job_id} started with {len(valid):,} documents.")
         if errors:
             st.warning(f"Skipped {len(errors)} invalid line(s): "
-                       + "; ".join(str(e) for e in errors[:MAX_ERRORS_SHOWN]))
+                       + "; ".join(render.md_text(e) for e in errors[:MAX_ERRORS_SHOWN]))
     except InputError as e:
-        st.error(f"Nothing was started: {e}")
+        st.error(f"Nothing was started: {render.md_text(e)}")
     except OSError as e:
-        st.error(f"Could not read the input: {e}")
+        st.error(f"Could not read the input: {render.md_text(e)}")
     except Exception as e:              # e.g. the model cannot load: say so, keep the page and the upload
-        st.error(f"Nothing was started: {type(e).__name__}: {e}")
+        st.error(f"Nothing was started: {type(e).__name__}: {render.md_text(e)}")
 
 st.subheader("Jobs")
 
@@ -133,7 +134,8 @@ def jobs() -> None:
 def job_card(store, job) -> None:
     with st.container(border=True):
         cols = st.columns([5, 1])
-        cols[0].markdown(f"**Job {job.id}** · {render.md_text(job.source_name)} · {job.model} · `{job.status}`")
+        cols[0].markdown(f"**Job {job.id}** · {render.md_text(job.source_name)} · {render.md_text(job.model)} · "
+                         f"`{job.status}`")
         rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
         st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s")
         if not job.finished:
@@ -142,7 +144,7 @@ def job_card(store, job) -> None:
                 st.rerun(scope="fragment")
         elif job.status in ("cancelled", "failed"):
             if job.error:
-                st.error(job.error)
+                st.error(render.md_text(job.error))
             if cols[1].button("Resume", key=f"resume-{job.id}", help="The documents already done stay done."):
                 if store.requeue_job(job.id):
                     state.job_runner().submit(job.id)

@@ -13,7 +13,7 @@ from storage import importers
 from storage.datasets import export_dataset
 from storage.repository import NotFound
 from workstation.domain import InputError, Result, Span
-from workstation.ui import results, schema_editor, state
+from workstation.ui import render, results, schema_editor, state
 
 NEW = -1
 PREVIEW = 5
@@ -93,10 +93,10 @@ if listed:
                 st.session_state["datasets_exported"] = (dataset.id, str(report.train),
                                                          str(report.dev) if report.dev else None, report.message())
             except InputError as e:
-                st.error(str(e))
+                st.error(render.md_text(e))
         exported = st.session_state.get("datasets_exported")
         if exported and exported[0] == dataset.id:
-            st.caption(exported[3])
+            st.caption(render.md_text(exported[3]))
             for n, path in enumerate(p for p in exported[1:3] if p):
                 path = Path(path)
                 if path.exists():
@@ -113,7 +113,7 @@ if listed:
 
 st.subheader("Import a dataset")
 if st.session_state.get("import_done"):
-    st.success(st.session_state.pop("import_done"))
+    st.success(render.md_text(st.session_state.pop("import_done")))
 upload = st.file_uploader("Gold JSONL, a Label Studio JSON export or a doccano JSONL export", type=["jsonl", "json"],
                           key="import_upload")
 cols = st.columns(3)
@@ -133,12 +133,12 @@ data = upload.getvalue()
 try:
     parsed = importers.parse(data, upload.name, None if fmt == "auto" else fmt, style)
 except InputError as e:
-    st.error(f"Cannot import {upload.name}: {e}")
+    st.error(f"Cannot import {render.md_text(upload.name)}: {render.md_text(e)}")
     st.stop()
 
-st.caption(parsed.summary())
+st.caption(render.md_text(parsed.summary()))
 for note in parsed.notes:
-    st.info(note)
+    st.info(render.md_text(note))
 st.dataframe(pd.DataFrame([{"id": e.doc_id, "text": e.text[:80], "tuples": " | ".join(
     " → ".join(f"{x['type']}: {x['span']}" for x in t) for t in e.output[:6])} for e in parsed.examples[:PREVIEW]]),
     hide_index=True, width="stretch", key="import_preview")
@@ -182,7 +182,7 @@ target = cols[0].selectbox("Into dataset", [NEW, *datasets], key=f"import_target
 name = cols[1].text_input("Name of the new dataset", Path(upload.name).stem, key=f"import_name:{digest}",
                           disabled=target != NEW)
 if settings_error:
-    st.error(settings_error)
+    st.error(render.md_text(settings_error))
 if cols[2].button("Import", type="primary", key="import_go", disabled=bool(settings_error)):
     try:
         with st.spinner("Checking every example…"):
@@ -190,7 +190,7 @@ if cols[2].button("Import", type="primary", key="import_go", disabled=bool(setti
                                               name=upload.name, fmt=parsed.format, relation_style=style,
                                               schema=schema, task=task, labels=labels, drop_unknown=drop)
     except (InputError, NotFound) as e:
-        st.error(f"Nothing was imported: {e}")
+        st.error(f"Nothing was imported: {render.md_text(e)}")
     else:
         st.session_state["datasets_open_next"] = report.dataset_id
         st.session_state["import_done"] = report.message()

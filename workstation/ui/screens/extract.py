@@ -5,7 +5,7 @@ import streamlit as st
 
 from storage.repository import NotFound
 from workstation.domain import InputError, WeightsError
-from workstation.ui import results, runs, schema_editor, state
+from workstation.ui import render, results, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
 from workstation.ui.threshold_view import threshold_switch
 
@@ -50,7 +50,7 @@ with right:
 schema, schema_error = None, None
 try:
     schema = schema_editor.parse_schema(st.session_state.get(SCHEMA) or "")
-    fam.validate(runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or ""))
+    fam.check(runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or ""))
 except InputError as e:
     schema_error = str(e)
 except Exception as e:                  # a plugin's validator tripping over odd input must not crash the page
@@ -58,7 +58,7 @@ except Exception as e:                  # a plugin's validator tripping over odd
 
 with left:
     if schema_error:
-        st.error(schema_error)
+        st.error(render.md_text(schema_error))
     else:
         st.success("Schema and text are valid.", icon=":material/check_circle:")
     types = schema_editor.flat_types(schema) if schema is not None else None
@@ -74,7 +74,7 @@ with left:
 options = option_widgets(fam, "extract")
 thresholds = threshold_switch(fam.name)
 opts = state.chosen_optimizations()
-st.caption("Chosen optimizations: " + (", ".join(opts) if opts else "none (fp32 eager path)")
+st.caption("Chosen optimizations: " + (", ".join(render.md_text(o) for o in opts) if opts else "none (fp32 eager path)")
            + " — those that do not apply to this model are skipped; change them on the Optimizations page.")
 if st.button("Run", type="primary", disabled=bool(schema_error)):
     doc = runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or "")
@@ -84,16 +84,16 @@ if st.button("Run", type="primary", disabled=bool(schema_error)):
         with st.spinner(f"Running {fam.name}…"):
             st.session_state["extract_run_id"] = runs.run_and_record(request, [doc])
     except (InputError, WeightsError) as e:
-        st.error(str(e))
+        st.error(render.md_text(e))
     except Exception as e:              # a model failure is shown, never a crashed page
-        st.error(f"The run failed: {type(e).__name__}: {e}")
+        st.error(f"The run failed: {type(e).__name__}: {render.md_text(e)}")
 
 run_id = st.session_state.get("extract_run_id")
 if run_id is not None:
     try:
         detail = state.store().get_run(run_id)
     except NotFound as e:
-        st.info(str(e))
+        st.info(render.md_text(e))
     else:
         st.subheader(f"Run {run_id}")
         results.run_view(detail, key="extract")

@@ -23,7 +23,10 @@ from workstation.ui import gpu, render, state
 
 OTHER = "(another directory…)"
 EVAL_MODES = {"train": "the training data", "dataset": "another dataset", "split": "a held-out share of it"}
-STATUS_ICONS = {"running": "⏳", "cancelling": "⏳", "completed": "✅", "cancelled": "⏸", "failed": "❌"}
+# Material icons (Streamlit ships the font), not emoji: an emoji draws as a box where no emoji font is installed.
+STATUS_ICONS = {"running": ":material/hourglass_top:", "cancelling": ":material/hourglass_bottom:",
+                "completed": ":green[:material/check_circle:]", "cancelled": ":material/pause_circle:",
+                "failed": ":red[:material/error:]"}
 
 st.title("Fine-tune")
 store, launcher = state.store(), state.training_launcher()
@@ -61,7 +64,7 @@ def new_run_form() -> None:
                                   placeholder="/models/nlp_deberta_rex-uninlu_chinese-base")
     datasets = {d.id: d for d in store.list_datasets(model)}
     if not datasets:
-        cols[2].info(f"No {model} dataset yet: save corrected results from History, or import one on the "
+        cols[2].info(f"No {render.md_text(model)} dataset yet: save corrected results from History, or import one on the "
                      "Datasets page.")
         return
     train = cols[2].selectbox("Training dataset", list(datasets), key=f"ft_train:{model}",
@@ -112,7 +115,7 @@ def new_run_form() -> None:
     elif not base:
         problem = "Give the base weights directory."
     if problem:
-        st.warning(problem)
+        st.warning(render.md_text(problem))
     if st.button("Start fine-tuning", type="primary", disabled=bool(problem), key="ft_start"):
         request = FinetuneRequest(model, Path(base).expanduser(), train, Path(output).expanduser(), eval_dataset,
                                   share, int(split_seed), int(epochs), int(batch_size), float(lr), dtype, device,
@@ -120,7 +123,7 @@ def new_run_form() -> None:
         try:
             run_id = launcher.start(request)
         except (InputError, NotFound) as e:
-            st.error(f"Nothing was started: {e}")
+            st.error(f"Nothing was started: {render.md_text(e)}")
         else:
             st.session_state["ft_run"] = run_id
             st.session_state.pop(out_key, None)           # the next run gets a fresh default name
@@ -193,12 +196,13 @@ def comparison(run) -> None:
 
 
 def run_panel(run, progress) -> None:
-    st.markdown(f"#### {STATUS_ICONS.get(run.status, '')} Training run {run.id} · {run.model} · `{run.status}`")
+    st.markdown(f"#### {STATUS_ICONS.get(run.status, '')} Training run {run.id} · {render.md_text(run.model)} · "
+                f"`{run.status}`")
     device = (progress.start or {}).get("device")
     st.caption(f"Trained on {render.md_text(run.train_name)} · evaluated on "
                f"{render.md_text((run.datasets.get('eval') or {}).get('name') or (run.datasets.get('eval') or {}).get('path') or 'the training data')}"
-               f" · from `{run.base_weights}` → `{run.output_dir}`" + (f" · device {device}" if device else "")
-               + f" · {run.source}")
+               f" · from {render.md_code(run.base_weights)} → {render.md_code(run.output_dir)}"
+               + (f" · device {render.md_text(device)}" if device else "") + f" · {render.md_text(run.source)}")
     total = run.total_steps or progress.total_steps
     step = run.step or 0                 # the stored step, as in the runs table (launcher.poll just wrote it)
     if not run.finished or total:
@@ -232,7 +236,7 @@ def run_panel(run, progress) -> None:
         with st.expander("GPU while it trains"):
             gpu.gpu_panel(state.gpu_recorder(), compact=True)
     if run.error:
-        st.error(run.error)
+        st.error(render.md_text(run.error))
     elif run.status == "failed":
         st.code(log_tail(run.log_path) or "(no log)", language=None)
 
@@ -246,7 +250,7 @@ def run_panel(run, progress) -> None:
         try:
             launcher.resume(run.id)
         except InputError as e:
-            st.error(str(e))
+            st.error(render.md_text(e))
         st.rerun()
     if run.status == "completed":
         comparison(run)
@@ -256,10 +260,11 @@ def run_panel(run, progress) -> None:
                               on_click=use_weights, args=(run.model, run.output_dir),
                               help="Extract, Batch and re-runs then run on this checkpoint (the sidebar shows it).")
             if in_use:
-                st.success(f"Extract and Batch run {run.model} on this fine-tune (`{run.output_dir}`); "
+                st.success(f"Extract and Batch run {render.md_text(run.model)} on this fine-tune "
+                           f"({render.md_code(run.output_dir)}); "
                            "switch back in the sidebar.")
         else:
-            st.warning(f"The output directory {run.output_dir} is gone.")
+            st.warning(f"The output directory {render.md_code(run.output_dir)} is gone.")
     if run.finished:
         with buttons[3].popover("Forget this run"):
             st.write("Remove it from this list? The weights in its output directory stay.")

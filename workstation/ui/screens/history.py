@@ -9,7 +9,7 @@ import streamlit as st
 
 from storage.repository import NotFound
 from workstation.domain import InputError, WeightsError
-from workstation.ui import exports, gold_editor, results, runs, state
+from workstation.ui import exports, gold_editor, render, results, runs, state
 
 PAGE_SIZE = 50
 ANY = "(any)"
@@ -47,7 +47,7 @@ if not found:
             else "No run matches these filters.")
     st.stop()
 
-st.dataframe(pd.DataFrame([{
+table = st.dataframe(pd.DataFrame([{
     "run": r.id, "finished": finished(r).astimezone().strftime("%Y-%m-%d %H:%M:%S"),
     "started": r.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"), "source": r.source,
     "model": r.model, "task": r.task or "", "documents": r.documents,
@@ -55,7 +55,8 @@ st.dataframe(pd.DataFrame([{
     "wall time (s)": round(r.wall_seconds, 3),
     "peak GPU memory": results.fmt_bytes(r.peak_memory_bytes), "device": r.device, "precision": r.dtype,
     "optimizations": ", ".join(r.optimizations) or "none", "demo": r.demo, "label": r.label or "",
-} for r in found]), hide_index=True, width="stretch")
+} for r in found]), hide_index=True, width="stretch", key="history_table", on_select="rerun",
+    selection_mode="multi-row")
 with_cuts = [r.id for r in found if r.cut_documents]
 if with_cuts:
     cut_docs = store.cut_documents(with_cuts)
@@ -69,6 +70,10 @@ if with_cuts:
 by_id = {r.id: r for r in found}
 # keep only selections still on this page (a new search or a delete changes what is listed)
 st.session_state["history_selected"] = [i for i in st.session_state.get("history_selected", []) if i in by_id]
+clicked = [found[i].id for i in table.selection.rows if i < len(found)]
+if clicked != st.session_state.get("history_clicked", []):     # rows clicked in the table: they are the selection
+    st.session_state["history_clicked"] = clicked
+    st.session_state["history_selected"] = clicked
 selected = st.multiselect("Selected runs", list(by_id), key="history_selected",
                           format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].task or ''} · "
                                                 f"{finished(by_id[i]).astimezone():%m-%d %H:%M}")
@@ -88,9 +93,9 @@ if b[2].button("Re-run", disabled=len(selected) != 1, help="Run the same documen
             st.session_state["extract_run_id"] = new_id
             st.toast(f"Run {new_id} recorded.")
     except (InputError, WeightsError, NotFound) as e:
-        st.error(str(e))
+        st.error(render.md_text(e))
     except Exception as e:              # a failed re-run is reported; the history stays usable
-        st.error(f"The re-run failed: {type(e).__name__}: {e}")
+        st.error(f"The re-run failed: {type(e).__name__}: {render.md_text(e)}")
 with b[3].popover("Delete", disabled=not selected):
     st.write(f"Delete {len(selected)} run(s) and their results? This cannot be undone.")
     if st.button("Delete for good", type="primary", key="history_delete"):
@@ -114,4 +119,4 @@ if view:
         else:
             results.comparison_view(store, view[1], view[2])
     except NotFound as e:
-        st.info(str(e))
+        st.info(render.md_text(e))

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import streamlit as st
 
-from workstation.ui import gpu, state
+from workstation.ui import gpu, render, state
 
 st.title("GPU monitor")
 recorder = state.gpu_recorder()
@@ -18,7 +18,7 @@ def live() -> None:
     loaded = state.model_shelf().loaded()
     if loaded:
         st.caption("Models loaded by this app: "
-                   + "; ".join(f"{k[0]} on {k[2]} ({k[3]})" for k in loaded))
+                   + "; ".join(render.md_text(f"{k[0]} on {k[2]} ({k[3]})") for k in loaded))
 
 
 def allocator_view() -> None:
@@ -27,7 +27,7 @@ def allocator_view() -> None:
     if not torch.cuda.is_available():
         return
     st.caption("This process, PyTorch's view: " + "; ".join(
-        f"cuda:{i} allocated {torch.cuda.memory_allocated(i) / gpu.MIB:,.0f} MiB, "
+        f"cuda:{i:d} allocated {torch.cuda.memory_allocated(i) / gpu.MIB:,.0f} MiB, "
         f"reserved {torch.cuda.memory_reserved(i) / gpu.MIB:,.0f} MiB" for i in range(torch.cuda.device_count())))
 
 

@@ -6,7 +6,7 @@ import streamlit as st
 from storage.repository import NotFound
 from workstation import plugins
 from workstation.domain import InputError, WeightsError
-from workstation.ui import results, runs, state
+from workstation.ui import render, results, runs, state
 
 SWITCH_NOTE = {
     "live": "acts on the loaded model at the next run",
@@ -29,10 +29,10 @@ try:
     with st.spinner(f"Loading {fam.name}…"), state.model_shelf().borrow(key) as model:
         verdicts = {name: opt.applies_to(model) for name, opt in registry.items()}
 except (InputError, WeightsError, RuntimeError) as e:
-    st.error(f"{fam.name} could not be loaded, so applicability is unknown: {e}")
+    st.error(f"{fam.name} could not be loaded, so applicability is unknown: {render.md_text(e)}")
     st.stop()
 
-st.caption(f"For **{fam.name}** on **{key[2]}** ({settings.model(fam.name).dtype}). "
+st.caption(f"For **{fam.name}** on **{render.md_text(key[2])}** ({render.md_text(settings.model(fam.name).dtype)}). "
            "Each run records the optimizations that were active, so History can compare them.")
 selected: list[str] = []
 for name, opt in registry.items():
@@ -40,7 +40,7 @@ for name, opt in registry.items():
     with st.container(border=True):
         cols = st.columns([3, 1])
         with cols[0]:
-            st.markdown(f"**{opt.title}** · `{name}` · {'lossless' if opt.lossless else 'within a stated tolerance'}")
+            st.markdown(f"**{opt.title}** · {render.md_code(name)} · {'lossless' if opt.lossless else 'within a stated tolerance'}")
             st.caption(opt.description)
             st.caption((":green[:material/check_circle: applies]: " if ok
                         else ":red[:material/block: does not apply]: ") + reason)
@@ -65,7 +65,8 @@ if last is None:
     st.info("Run something on the Extract page first; then toggle here and run it again.")
     st.stop()
 st.caption(f"Runs the documents of run {last} again with: "
-           + (", ".join(selected) if selected else "no optimizations (fp32 eager path)") + ".")
+           + (", ".join(render.md_text(n) for n in selected) if selected else "no optimizations (fp32 eager path)")
+           + ".")
 if st.button("Run again", type="primary"):
     try:
         before = state.store().get_run(last)
@@ -79,9 +80,9 @@ if st.button("Run again", type="primary"):
             st.session_state["optimizations_compare"] = (last, new)
             st.session_state["extract_run_id"] = new
         except (InputError, WeightsError) as e:
-            st.error(str(e))
+            st.error(render.md_text(e))
         except Exception as e:          # a failing kernel is reported, the page stays up
-            st.error(f"The run failed: {type(e).__name__}: {e}")
+            st.error(f"The run failed: {type(e).__name__}: {render.md_text(e)}")
 
 pair = st.session_state.get("optimizations_compare")
 if pair:

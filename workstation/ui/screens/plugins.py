@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from workstation import plugins
+from workstation.ui import render
 
 st.title("Plugins")
 st.caption("Built-ins are registered exactly like installed plugins (entry-point group "
@@ -17,10 +18,10 @@ left, right = st.columns(2)
 with left:
     st.subheader("Models")
     for name, fam in plugins.model_families().items():
-        st.markdown(f"**{name}** — {fam.title}")
-        st.caption("Tasks: " + ", ".join(fam.tasks))
+        st.markdown(f"**{render.md_text(name)}** — {fam.title}")
+        st.caption("Tasks: " + ", ".join(render.md_text(t) for t in fam.tasks))
 with right:
     st.subheader("Optimizations")
     for name, opt in plugins.optimizations().items():
-        st.markdown(f"**{name}** — {opt.title} ({opt.switch})")
+        st.markdown(f"**{render.md_text(name)}** — {opt.title} ({opt.switch})")
         st.caption(opt.description)
