@@ -79,7 +79,7 @@ class LoadedSeqGPT(LoadedModel):
         self.is_demo = (weights / DEMO_MARKER).exists()
         self.knobs = Knobs()
         self.network, self.tokenizer, self.special = network, tokenizer, special
-        self.pipeline = Pipeline(network, tokenizer)
+        self.pipeline = Pipeline(network, tokenizer, lambda: self.clock)
         self.graphs = DecodeGraphs(capture=device.startswith("cuda"))   # without CUDA: the same steps, uncaptured
 
     def resolve_attention(self, wanted: str) -> tuple[str, str]:
