@@ -40,3 +40,49 @@ def test_a_refilled_pool_gives_each_prompt_its_tokens_alone(network, mixed_promp
     settings = GenerationSettings(num_beams=num_beams, max_new_tokens=MAX_NEW, repetition_penalty=repetition_penalty)
     graphs = DecodeGraphs(capture=False) if static else None
     assert pooled(network, mixed_prompts, settings, 3, graphs=graphs) == alone(network, mixed_prompts, settings)
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["plain", "graph-steps"])
+def test_a_prompt_longer_than_the_pool_gets_a_bigger_pool_after_the_rest_drain(network, mixed_prompts, static):
+    """Shortest first: the first pool is sized for short prompts, so later ones need a new one."""
+    ordered = sorted(mixed_prompts, key=lambda p: len(p.ids))
+    settings = GenerationSettings(num_beams=2, max_new_tokens=MAX_NEW, repetition_penalty=2.0)
+    graphs = DecodeGraphs(capture=False, keep=4) if static else None
+    assert pooled(network, ordered, settings, 2, graphs=graphs) == alone(network, ordered, settings)
+    if static:
+        assert len({key[5] for key in graphs.runs}) > 1          # pools of several prompt capacities
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_the_pool_feeds_exactly_the_tokens_one_prompt_at_a_time_feeds(network, mixed_prompts, num_beams):
+    """Empty and finished slots are stepped but not counted: tokens_fed stays honest."""
+    settings = GenerationSettings(num_beams=num_beams, max_new_tokens=MAX_NEW)
+    fed = []
+    pooled(network, mixed_prompts, settings, 4, on_fed=fed.append)
+    assert sum(fed) == sum(generate(network, [p], settings).tokens_fed for p in mixed_prompts)
+
+
+def test_sdpa_pool_gives_the_eager_tokens(network, mixed_prompts):
+    settings = GenerationSettings(num_beams=4, max_new_tokens=MAX_NEW, repetition_penalty=2.0)
+    got = pooled(network, mixed_prompts, settings, 3, "sdpa", graphs=DecodeGraphs(capture=False))
+    assert got == alone(network, mixed_prompts, settings)
+
+
+def test_prompts_finish_out_of_order_and_slots_are_refilled_while_others_run(network, mixed_prompts, monkeypatch):
+    settings = GenerationSettings(num_beams=2, max_new_tokens=MAX_NEW)
+    admitted, real_admit = [], SlotPool.admit
+
+    def admit(pool, slots, prompts):
+        admitted.append(len(slots))
+        return real_admit(pool, slots, prompts)
+    monkeypatch.setattr(SlotPool, "admit", admit)
+    order = [key for key, _ in stream_generate(network, enumerate(mixed_prompts), 3, settings)]
+    assert sorted(order) == list(range(len(mixed_prompts))) and order != sorted(order)
+    assert admitted[0] == 3 and len(admitted) > len(mixed_prompts) // 3    # refilled one or two at a time
+
+
+def test_a_bad_prompt_is_an_error_not_a_hang(network):
+    settings = GenerationSettings(num_beams=1, max_new_tokens=4)
+    pool = SlotPool(network, 2, 64, settings, "eager")
+    with pytest.raises(ValueError, match="does not fit"):
+        pool.admit([0], [EncodedPrompt(tuple(range(5, 70)))])
