@@ -36,7 +36,7 @@ from typing import Callable, Hashable, Iterable, Iterator
 import torch
 
 from plugins.seqgpt.cache import KVCache
-from plugins.seqgpt.generation import Batch, EncodedPrompt, GenerationSettings, new_search
+from plugins.seqgpt.generation import Batch, EncodedPrompt, GenerationSettings, new_search, to_device
 from plugins.seqgpt.graphs import PROMPT_QUANTUM, spans
 from workstation.batching import is_out_of_memory
 
@@ -81,6 +81,7 @@ class SlotPool:
         self.search = new_search(items, network.config.vocab_size, s, self.device)
         self.search.clear()                                       # every slot empty (done)
         self.spans = spans(s.max_new_tokens)
+        self.fresh: dict[int, object] = {}       # searches for admitted prompts, by count, reused (reset by start)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         if graph_pool is not None:
             self._capture(graph_pool, stream)
@@ -96,19 +97,26 @@ class SlotPool:
             raise ValueError(f"a prompt of {length} tokens does not fit a slot pool of {P} prompt columns")
         scratch = self.network.new_cache(n, length)
         logits = self.network(batch.input_ids, batch.attention_mask, scratch, self.attention)[:, -1].float()
-        items = torch.tensor(slots, dtype=torch.long, device=self.device)
+        items = self._index(slots)
         rows = (items[:, None] * k + torch.arange(k, device=self.device)).view(-1)
         self.cache.buffer[:, :, rows, :, P - length:P] = scratch.buffer.repeat_interleave(k, dim=2)
         self.key_mask[rows] = 0                    # the previous prompt's keys and tokens are gone
         self.key_mask[rows, P - length:P] = batch.attention_mask.repeat_interleave(k, dim=0)
-        fresh = new_search(n, self.network.config.vocab_size, s, self.device)
+        if n not in self.fresh:
+            if len(self.fresh) >= 4:              # with a repetition penalty each holds [n * beams, vocab]
+                self.fresh.pop(next(iter(self.fresh)))
+            self.fresh[n] = new_search(n, self.network.config.vocab_size, s, self.device)
+        fresh = self.fresh[n]
         fresh.start(prompts, sum(len(p.ids) for p in prompts))
         fresh.update(logits.repeat_interleave(k, dim=0))
         self.search.load(items, fresh)
 
     def tokens_of(self, slots: list[int]) -> torch.Tensor:
         """[n, max_new_tokens] device tensor: the chosen tokens of `slots` (EOS and after included)."""
-        return self.search.tokens_of(torch.tensor(slots, dtype=torch.long, device=self.device))
+        return self.search.tokens_of(self._index(slots))
+
+    def _index(self, slots: list[int]) -> torch.Tensor:
+        return to_device(torch.tensor(slots, dtype=torch.long), self.device)
 
     # -- decoding ------------------------------------------------------------------------------
 
@@ -266,8 +274,11 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
                 yield from _harvest(pool, finished, slots, settings)
             free = [i for i in range(pool.items) if i not in slots]
             admit = []
-            while free[len(admit):] and waiting and len(waiting[0][1].ids) <= pool.P:
-                admit.append(waiting.popleft())
+            # A prefill is an eager forward of its own: wait until a few slots are free (at most an
+            # eighth of the pool idles) rather than prefill one prompt per step.
+            if len(free) >= min(max(1, pool.items // 8), len(waiting)) or not slots:
+                while free[len(admit):] and waiting and len(waiting[0][1].ids) <= pool.P:
+                    admit.append(waiting.popleft())
             if admit:
                 chosen = free[:len(admit)]
                 with clock():

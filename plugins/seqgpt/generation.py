@@ -108,7 +108,15 @@ class Batch:
             if p.ids:
                 ids[row, length - len(p.ids):] = torch.tensor(p.ids)
                 mask[row, length - len(p.ids):] = 1
-        return cls(ids.to(device), mask.to(device))
+        return cls(to_device(ids, device), to_device(mask, device))
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on `device`; to a GPU through pinned memory, so the host does not wait for the
+    work already queued there (a pageable copy would)."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def seen_tokens(prompts: Sequence[EncodedPrompt], vocab: int, pad_id: int, device) -> torch.Tensor:
