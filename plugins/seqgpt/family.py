@@ -70,8 +70,9 @@ class LoadedSeqGPT(LoadedModel):
     # Checkpointing acts in fine-tuning only. CUDA graphs: graphs.py.
     capabilities = frozenset({"reduced_precision", "checkpointing", "cuda_graphs"})
     attention_backends = ("eager", "sdpa", flash.NAME)     # "eager" first: HF's arithmetic, the reference
-    graph_scope = ("SeqGPT: a static KV cache per (rows, prompt length) bucket and the whole decode step "
-                   "(network, token choice, beam reorder) replayed as one graph per token")
+    graph_scope = ("SeqGPT: a slot pool (one static KV cache, slots refilled as prompts finish) whose whole "
+                   "decode step (network, token choice, beam reorder) is replayed as one graph per token, "
+                   "one graph per (prompt length, generated length) bucket")
 
     def __init__(self, family: SeqGPT, weights: Path, device: str, network, tokenizer,
                  special: loading.SpecialTokens):

@@ -86,3 +86,21 @@ def test_a_bad_prompt_is_an_error_not_a_hang(network):
     pool = SlotPool(network, 2, 64, settings, "eager")
     with pytest.raises(ValueError, match="does not fit"):
         pool.admit([0], [EncodedPrompt(tuple(range(5, 70)))])
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_the_prompts_end_at_different_steps_so_slots_free_up_one_by_one(network, mixed_prompts, num_beams):
+    lengths = [len(t) for t in alone(network, mixed_prompts, GenerationSettings(num_beams=num_beams,
+                                                                                max_new_tokens=MAX_NEW))]
+    assert len(set(lengths)) >= 3 and max(lengths) == MAX_NEW
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_a_refilled_pool_gives_hugging_face_generate_one_prompt_at_a_time(network, hf_model, tokenizer,
+                                                                          reference_prompts, num_beams):
+    from tests.seqgpt.test_seqgpt_generation import hf_tokens
+    prompts = [EncodedPrompt(tuple(tokenizer(p)["input_ids"])) for p in reference_prompts]
+    settings = GenerationSettings(num_beams=num_beams, max_new_tokens=24, repetition_penalty=2.0)
+    expected = [hf_tokens(hf_model, tokenizer, [p], num_beams=num_beams, repetition_penalty=2.0)[0]
+                for p in reference_prompts]
+    assert pooled(network, prompts, settings, 2, graphs=DecodeGraphs(capture=False)) == expected
