@@ -169,7 +169,8 @@ class SlotPool:
                 torch.cuda.current_stream().wait_stream(stream)
                 self.clear()
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=graph_pool):
+                # thread_local: the pipeline's parsing thread may wait on a CUDA event meanwhile
+                with torch.cuda.graph(graph, pool=graph_pool, capture_error_mode="thread_local"):
                     self._step(start, end)
                 self.graphs[(start, end)] = graph
         self.clear()
@@ -285,8 +286,12 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
                     pool.admit(chosen, [p for _, p in admit])
                 for i, (key, prompt) in zip(chosen, admit):
                     slots[i] = _Slot(key, prompt, flags.count)
+            if not slots and not waiting:          # all done
+                continue
             if not slots:                          # the next prompt is longer than this pool: a bigger one
                 pool, fed_before = _retire(pool, on_fed, fed_before), 0
+                if graphs is not None:             # free the smaller pool's cache before allocating
+                    graphs.clear()
                 continue
             longest = max(len(slot.prompt.ids) for slot in slots.values())
             furthest = min(settings.max_new_tokens, max(slot.steps for slot in slots.values()) + 1)

@@ -43,14 +43,22 @@ def test_a_refilled_pool_gives_each_prompt_its_tokens_alone(network, mixed_promp
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["plain", "graph-steps"])
-def test_a_prompt_longer_than_the_pool_gets_a_bigger_pool_after_the_rest_drain(network, mixed_prompts, static):
+def test_a_prompt_longer_than_the_pool_gets_a_bigger_pool_after_the_rest_drain(network, mixed_prompts, static,
+                                                                                 monkeypatch):
     """Shortest first: the first pool is sized for short prompts, so later ones need a new one."""
     ordered = sorted(mixed_prompts, key=lambda p: len(p.ids))
     settings = GenerationSettings(num_beams=2, max_new_tokens=MAX_NEW, repetition_penalty=2.0)
+    capacities, real_init = [], SlotPool.__init__
+
+    def init(pool, network, items, prompt_capacity, *args, **kwargs):
+        capacities.append(prompt_capacity)
+        real_init(pool, network, items, prompt_capacity, *args, **kwargs)
+    monkeypatch.setattr(SlotPool, "__init__", init)
     graphs = DecodeGraphs(capture=False, keep=4) if static else None
     assert pooled(network, ordered, settings, 2, graphs=graphs) == alone(network, ordered, settings)
+    assert len(capacities) > 1 and capacities == sorted(capacities)
     if static:
-        assert len({key[5] for key in graphs.runs}) > 1          # pools of several prompt capacities
+        assert len(graphs.runs) == 1                              # the smaller pools were freed
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])

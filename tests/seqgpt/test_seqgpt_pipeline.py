@@ -88,3 +88,13 @@ def test_an_error_in_planning_reaches_the_caller_before_any_model_work(loaded):
     with pytest.raises(InputError, match="markers"):
         list(loaded.extract(documents(), markers="fr"))
     assert loaded.tokens_processed() == before
+
+
+def test_the_memory_pool_keeps_its_slot_pool_across_runs_and_resets_it(loaded):
+    loaded.knobs.cuda_graphs = True
+    docs = documents()
+    first = [r.to_json() for r in loaded.extract(docs, batch_size=2, **SETTINGS)]
+    pools = list(loaded.graphs.runs.values())
+    again = [r.to_json() for r in loaded.extract(docs[::-1], batch_size=2, **SETTINGS)]
+    assert again == first[::-1]
+    assert list(loaded.graphs.runs.values()) == pools and len(pools) == 1    # captured once, reused
