@@ -30,6 +30,7 @@ decode loop.
 from __future__ import annotations
 
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable, Iterator
 
@@ -236,9 +237,9 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
 
     items: prompts decoded at once. graphs: a DecodeGraphs (memory-pool knob) for bucketed, captured
     steps, else plain. device_clock(): a context that brackets device work (StageClock.device).
-    `prompts` is read lazily, about 2 x items ahead. on_fed(n): real tokens fed, once per pool. On out of memory the pool halves and the prompts in
-    flight start again (their tokens do not depend on the pool), reported through on_backoff."""
-    from contextlib import nullcontext
+    `prompts` is read lazily, about 2 x items ahead. on_fed(n): real tokens fed, once per pool. On
+    out of memory the pool halves and the prompts in flight start again (their tokens do not depend
+    on the pool), reported through on_backoff(new items)."""
     clock = device_clock or nullcontext
     source = iter(prompts)
     waiting: deque[tuple[Hashable, EncodedPrompt]] = deque()
@@ -256,7 +257,6 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
     pool: SlotPool | None = None
     flags: DoneFlags | None = None
     slots: dict[int, _Slot] = {}
-    fed_before = 0
     while True:
         refill_queue(2 * items)
         if not waiting and not slots:
@@ -267,7 +267,6 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
                 with clock():
                     pool = _new_pool(network, items, capacity_bucket(longest), settings, attention, graphs)
                 flags = DoneFlags(pool.search, 1 if pool.device.type == "cuda" else 0)
-                fed_before = 0
             seen = flags.latest()
             finished = [i for i, slot in slots.items()
                         if seen is not None and seen[0] >= slot.admitted_at and seen[1][i]]
@@ -289,7 +288,7 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
             if not slots and not waiting:          # all done
                 continue
             if not slots:                          # the next prompt is longer than this pool: a bigger one
-                pool, fed_before = _retire(pool, on_fed, fed_before), 0
+                pool = _retire(pool, on_fed)
                 if graphs is not None:             # free the smaller pool's cache before allocating
                     graphs.clear()
                 continue
@@ -306,9 +305,7 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
             for i in sorted(slots, reverse=True):           # restart the prompts in flight, first in line
                 waiting.appendleft((slots[i].key, slots[i].prompt))
             slots.clear()
-            if pool is not None:
-                _retire(pool, on_fed, fed_before)
-            pool = flags = None
+            pool = flags = _retire(pool, on_fed)
             if graphs is not None:
                 graphs.clear()
             if torch.cuda.is_available():
@@ -316,7 +313,7 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
             items = (items + 1) // 2
             if on_backoff:
                 on_backoff(items)
-    _retire(pool, on_fed, fed_before)
+    _retire(pool, on_fed)
 
 
 def _new_pool(network, items, capacity, settings, attention, graphs) -> SlotPool:
@@ -327,10 +324,10 @@ def _new_pool(network, items, capacity, settings, attention, graphs) -> SlotPool
     return pool
 
 
-def _retire(pool: SlotPool | None, on_fed, fed_before: int):
-    """Report the tokens a pool fed (one read of its device counter, when it is done)."""
+def _retire(pool: SlotPool | None, on_fed) -> None:
+    """Report the tokens a pool fed since it was cleared (one read of its device counter, at the end)."""
     if pool is not None and on_fed:
-        on_fed(int(pool.search.fed) - fed_before)
+        on_fed(int(pool.search.fed))
     return None
 
 

@@ -1,7 +1,6 @@
 """Continuous batching (continuous.py): a refilled slot pool gives every prompt the tokens it gets
 alone through `generate`, whatever its neighbours, slot or admission time."""
 import pytest
-import torch
 
 from plugins.seqgpt.continuous import SlotPool, stream_generate
 from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings, generate

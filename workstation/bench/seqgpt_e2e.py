@@ -18,6 +18,7 @@ document: (b) and (c) with (a) on (a)'s documents, (c) and (d) with (b) on all o
 """
 from __future__ import annotations
 
+import gc
 import random
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from workstation import engine
 from workstation.bench.common import demo_weights, environment, mixed_texts, sync
 from workstation.domain import Document
 from workstation.models import DEMO_MARKER
-from workstation.stages import StageClock
+from workstation.stages import IDLE, StageClock
 
 MIB = 1 << 20
 LABELS = ["人物", "地理位置", "组织机构", "时间", "作品", "赛事", "职位", "产品"]
@@ -91,7 +92,7 @@ def ours(model, docs: list[Document], batch_size: int, options: dict, device: st
         seconds = time.perf_counter() - start
         stages = clock.finish()
     finally:
-        model.clock = StageClock(device)
+        model.clock = IDLE
     return {"seconds": seconds, "outputs": outputs, "stages": stages, "backoffs": clock.backoffs,
             "peak_allocated_mib": _peak_mib(device)}
 
@@ -130,7 +131,11 @@ def seqgpt_e2e(args) -> dict:
         model.knobs.attention, model.knobs.cuda_graphs = attention, graphs
         ours(model, longest, batch, options, device)                          # warm-up
         runs[name] = ours(model, docs, batch, options, device)
-    engine.unload(model)
+    model.graphs.clear()                                      # the slot pool's KV cache and graphs
+    del model
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
     tokenizer, special = loading.load_tokenizer(weights), loading.read_special_tokens(weights)
     hf = BloomForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(device).eval()
@@ -169,8 +174,9 @@ def seqgpt_e2e(args) -> dict:
     return {"benchmark": "seqgpt-e2e", "env": {**environment(device), "transformers": transformers.__version__},
             "weights": str(weights), "demo_weights": (weights / DEMO_MARKER).exists(),
             "documents": len(docs), "reference_documents": n_ref, "characters": sum(len(d.text) for d in docs),
-            "prompts": sum(len(prompts_for(d)) for d in docs), "batch_size": batch, "num_beams": REFERENCE_BEAMS, "max_new_tokens": args.new_tokens,
-            "repetition_penalty": 1.0, "device_time": "CUDA events on the decode stream" if device.startswith("cuda")
+            "prompts": sum(len(prompts_for(d)) for d in docs), "batch_size": batch, "num_beams": REFERENCE_BEAMS,
+            "max_new_tokens": args.new_tokens, "repetition_penalty": 1.0,
+            "device_time": "CUDA events on the current stream" if device.startswith("cuda")
             else "wall time of the device calls (CPU)", "rows": rows}
 
 
