@@ -73,8 +73,9 @@ class LoadedSeqGPT(LoadedModel):
     # Checkpointing acts in fine-tuning only. CUDA graphs: graphs.py.
     capabilities = frozenset({"reduced_precision", "checkpointing", "cuda_graphs"})
     attention_backends = ("eager", "sdpa", flash.NAME)     # "eager" first: HF's arithmetic, the reference
-    graph_scope = ("SeqGPT: a static KV cache per (rows, prompt length) bucket and the whole decode step "
-                   "(network, token choice, beam reorder) replayed as one graph per token")
+    graph_scope = ("SeqGPT: a slot pool (one static KV cache, slots refilled as prompts finish) whose whole "
+                   "decode step (network, token choice, beam reorder) is replayed as one graph per token, "
+                   "one graph per (prompt length, generated length) bucket")
 
     def __init__(self, family: SeqGPT, weights: Path, device: str, network, tokenizer,
                  special: loading.SpecialTokens):
@@ -82,7 +83,7 @@ class LoadedSeqGPT(LoadedModel):
         self.is_demo = (weights / DEMO_MARKER).exists()
         self.knobs = Knobs()
         self.network, self.tokenizer, self.special = network, tokenizer, special
-        self.pipeline = Pipeline(network, tokenizer)
+        self.pipeline = Pipeline(network, tokenizer, lambda: self.clock)
         self.graphs = DecodeGraphs(capture=device.startswith("cuda"))   # without CUDA: the same steps, uncaptured
 
     def resolve_attention(self, wanted: str) -> tuple[str, str]:

@@ -108,7 +108,15 @@ class Batch:
             if p.ids:
                 ids[row, length - len(p.ids):] = torch.tensor(p.ids)
                 mask[row, length - len(p.ids):] = 1
-        return cls(ids.to(device), mask.to(device))
+        return cls(to_device(ids, device), to_device(mask, device))
+
+
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on `device`; to a GPU through pinned memory, so the host does not wait for the
+    work already queued there (a pageable copy would)."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def seen_tokens(prompts: Sequence[EncodedPrompt], vocab: int, pad_id: int, device) -> torch.Tensor:
@@ -140,18 +148,23 @@ def _strip_eos(tokens: list[int], eos: int) -> list[int]:
 # Search state. Each `update(logits)` is one step of HF's loop for every row/item at once, written
 # in place into tensors allocated up front; rows/items past the real prompts are padding that is
 # finished from the start. `next_tokens` and `reorder` are what the decoder feeds next.
+# Each item counts its own steps and stops counting once done, so items that started at different
+# times can share one search (continuous batching, continuous.py) and a done item, stepped on while
+# others run, never indexes past max_new_tokens.
 # ----------------------------------------------------------------------------------------------
 
 class _Search:
     beams = 1
     reorder: torch.Tensor | None = None
+    item_state: tuple[str, ...] = ("step",)               # tensors indexed by item (continuous batching
+    row_state: tuple[str, ...] = ("next_tokens", "seen")  # moves an item's state between searches)
 
-    def __init__(self, rows: int, vocab: int, s: GenerationSettings, device):
+    def __init__(self, rows: int, items: int, vocab: int, s: GenerationSettings, device):
         self.s, self.vocab, self.device = s, vocab, torch.device(device)
         self.seen = torch.zeros((rows, vocab), dtype=torch.bool, device=device) \
             if s.repetition_penalty != 1.0 else None
         self.next_tokens = torch.full((rows,), s.pad_token_id, dtype=torch.long, device=device)
-        self.step = torch.zeros(1, dtype=torch.long, device=device)        # tokens chosen so far
+        self.step = torch.zeros(items, dtype=torch.long, device=device)    # tokens chosen so far, per item
         self.fed = torch.zeros(1, dtype=torch.long, device=device)         # Generation.tokens_fed
         self.running = torch.zeros(1, dtype=torch.bool, device=device)     # any row/item not done
 
@@ -176,10 +189,24 @@ class _Search:
         if self.seen is not None:
             self.seen.scatter_(1, rows_tokens[:, None], True)
 
+    def load(self, items: torch.Tensor, other: "_Search") -> None:
+        """Make `other`'s items 0..n-1 (started and updated with their prefill logits) this search's
+        items `items` [n] long, in place: a slot pool admits new prompts this way."""
+        rows = (items[:, None] * self.beams + torch.arange(self.beams, device=items.device)).view(-1)
+        for names, index in ((self.item_state, items), (self.row_state, rows)):
+            for name in names:
+                if getattr(self, name) is not None:
+                    getattr(self, name).index_copy_(0, index, getattr(other, name))
+        if self.reorder is not None:     # the new rows' generated columns hold nothing yet: keep them in place
+            self.reorder.index_copy_(0, rows, rows)
+        self.fed += other.fed
+
 
 class GreedySearch(_Search):
+    item_state = _Search.item_state + ("tokens", "finished")
+
     def __init__(self, rows: int, vocab: int, s: GenerationSettings, device):
-        super().__init__(rows, vocab, s, device)
+        super().__init__(rows, rows, vocab, s, device)
         self.tokens = torch.full((rows, s.max_new_tokens), s.pad_token_id, dtype=torch.long, device=device)
         self.finished = torch.ones(rows, dtype=torch.bool, device=device)
 
@@ -199,16 +226,25 @@ class GreedySearch(_Search):
         s = self.s
         scores = logits if self.seen is None else penalise(logits, self.seen, s.repetition_penalty)
         chosen = torch.argmax(scores, dim=-1)
-        chosen = torch.where(self.finished, s.pad_token_id, chosen)
-        self.tokens.scatter_(1, self.step.view(1, 1).expand(len(chosen), 1), chosen[:, None])
-        self.finished |= chosen == s.eos_token_id
+        active = ~self.finished
+        chosen = torch.where(active, chosen, s.pad_token_id)
+        at = self.step.clamp(max=s.max_new_tokens - 1)[:, None]
+        self.tokens.scatter_(1, at, torch.where(active[:, None], chosen[:, None], self.tokens.gather(1, at)))
+        self.step += active
+        self.finished |= (chosen == s.eos_token_id) | (self.step >= s.max_new_tokens)
         self._see(chosen)
         self.next_tokens.copy_(chosen)
         self.running.copy_(~self.finished.all().view(1))
-        self.step += 1
+
+    @property
+    def done(self) -> torch.Tensor:
+        return self.finished
 
     def result(self, n: int) -> list[list[int]]:
         return [_strip_eos(row, self.s.eos_token_id) for row in self.tokens[:n].tolist()]
+
+    def tokens_of(self, items: torch.Tensor) -> torch.Tensor:
+        return self.tokens.index_select(0, items)
 
 
 class LengthNorm:
@@ -230,9 +266,12 @@ class BeamSearch(_Search):
     """HF 5.17.0 beam search (module docstring), vectorised over items: [items, k] scores,
     [items, k, max_new] tokens; `reorder` names each next row's source row."""
 
+    item_state = _Search.item_state + ("running_scores", "running_tokens", "finished_scores", "finished_tokens",
+                                       "finished_flags", "improvable")
+
     def __init__(self, items: int, vocab: int, s: GenerationSettings, device):
         k, n_new = s.num_beams, s.max_new_tokens
-        super().__init__(items * k, vocab, s, device)
+        super().__init__(items * k, items, vocab, s, device)
         self.beams = k
         self.running_scores = torch.zeros((items, k), device=device)
         self.running_tokens = torch.full((items, k, n_new), s.pad_token_id, dtype=torch.long, device=device)
@@ -274,8 +313,9 @@ class BeamSearch(_Search):
         top_scores, top_index = torch.topk(totals, 2 * k)                          # [m, 2k]
         top_beam, top_token = top_index // vocab, top_index % vocab
         candidates = torch.gather(self.running_tokens, 1, top_beam[:, :, None].expand(-1, -1, n_new))
-        candidates.scatter_(2, self.step.view(1, 1, 1).expand(m, 2 * k, 1), top_token[:, :, None])
-        hits = (top_token == s.eos_token_id) | (self.step + 1 >= s.max_new_tokens)
+        step = self.step[:, None]                                                  # [m, 1]
+        candidates.scatter_(2, step[:, :, None].expand(m, 2 * k, 1), top_token[:, :, None])
+        hits = (top_token == s.eos_token_id) | (step + 1 >= s.max_new_tokens)
 
         # next running beams: the best candidates that did not hit
         running_candidates = top_scores + hits.to(torch.float32) * NEG
@@ -286,7 +326,7 @@ class BeamSearch(_Search):
 
         # finished hypotheses (same arithmetic as HF, so ties resolve the same way)
         just_finished = hits & self.top_k_mask[None, :]
-        scored = self.norm(top_scores, self.step)
+        scored = self.norm(top_scores, step)
         scored = scored + (~self.improvable).to(torch.float32) * NEG
         scored = scored + (~just_finished) * NEG
         merged_scores = torch.cat([self.finished_scores, scored], dim=1)
@@ -297,7 +337,7 @@ class BeamSearch(_Search):
         finished_flags = torch.gather(torch.cat([self.finished_flags, just_finished], dim=1), 1, keep)
 
         # done heuristic, with step + 1 tokens generated
-        best_running = self.norm(running_scores[:, :1], self.step)
+        best_running = self.norm(running_scores[:, :1], step)
         worst_finished = torch.where(finished_flags, finished_scores.min(dim=1, keepdim=True)[0], NEG)
         improvable = self.improvable & (best_running > worst_finished).any(dim=-1, keepdim=True)
 
@@ -309,15 +349,22 @@ class BeamSearch(_Search):
         self.improvable.copy_(improvable)
         rows = (self.first_row + source_beam).view(-1)
         self.reorder.copy_(rows)
-        self.next_tokens.copy_(torch.gather(running_tokens, 2, self.step.view(1, 1, 1).expand(m, k, 1)).view(-1))
+        self.next_tokens.copy_(torch.gather(running_tokens, 2, step[:, :, None].expand(m, k, 1)).view(-1))
         if self.seen is not None:
             self.seen.copy_(self.seen.index_select(0, rows))
             self._see(self.next_tokens)
         self.running.copy_(improvable.any().view(1))
-        self.step += 1
+        self.step += improvable[:, 0]
+
+    @property
+    def done(self) -> torch.Tensor:
+        return ~self.improvable[:, 0]
 
     def result(self, n: int) -> list[list[int]]:
         return [_strip_eos(row, self.s.eos_token_id) for row in self.finished_tokens[:n, 0].tolist()]
+
+    def tokens_of(self, items: torch.Tensor) -> torch.Tensor:
+        return self.finished_tokens[:, 0].index_select(0, items)
 
 
 def new_search(rows_or_items: int, vocab: int, s: GenerationSettings, device) -> GreedySearch | BeamSearch:

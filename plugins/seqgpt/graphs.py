@@ -105,8 +105,12 @@ class DecodeGraphs:
     def run_for(self, network, n_prompts: int, prompt_length: int, settings: GenerationSettings,
                 attention: str) -> StaticRun:
         items, capacity = row_bucket(n_prompts), prompt_bucket(prompt_length)
+        return self._keep((items, capacity, settings, attention), network, lambda pool, stream: StaticRun(
+            network, items, capacity, settings, attention, pool, stream))
+
+    def _keep(self, shape: tuple, network, build):
         weight = network.word_embeddings.weight
-        key = (id(network), weight.dtype, str(weight.device), items, capacity, settings, attention)
+        key = (id(network), weight.dtype, str(weight.device)) + shape
         if key in self.runs:
             self.runs.move_to_end(key)
             return self.runs[key]
@@ -119,9 +123,14 @@ class DecodeGraphs:
             self.pool = torch.cuda.graph_pool_handle()
         if self.capture and self.stream is None:
             self.stream = torch.cuda.Stream()
-        self.runs[key] = StaticRun(network, items, capacity, settings, attention,
-                                   self.pool if self.capture else None, self.stream)
+        self.runs[key] = build(self.pool if self.capture else None, self.stream)
         return self.runs[key]
+
+    def pool_for(self, network, items: int, prompt_capacity: int, settings: GenerationSettings, attention: str):
+        """A continuous-batching slot pool (continuous.py) with bucketed steps, captured when on CUDA."""
+        from plugins.seqgpt.continuous import SlotPool
+        return self._keep(("slots", items, prompt_capacity, settings, attention), network, lambda pool, stream: SlotPool(
+            network, items, prompt_capacity, settings, attention, bucketed=True, graph_pool=pool, stream=stream))
 
     def clear(self) -> None:
         self.runs.clear()

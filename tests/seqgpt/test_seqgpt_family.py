@@ -6,7 +6,7 @@ import torch
 import plugins.seqgpt
 from plugins.seqgpt import pipeline
 from plugins.seqgpt.family import SeqGPT
-from plugins.seqgpt.generation import Generation
+from plugins.seqgpt.continuous import Finished
 from plugins.seqgpt.prompting import prompts_for
 from workstation import hookspecs
 from workstation.domain import Document, InputError, Result
@@ -79,8 +79,11 @@ def test_results_carry_parsed_spans_and_raw_text(loaded, monkeypatch):
     docs = [d for d in documents() if d.id in answers]
     tokens = {tuple(loaded.tokenizer(prompts_for(d)[0].text)["input_ids"]): loaded.tokenizer(answers[d.id])["input_ids"]
               for d in docs}
-    monkeypatch.setattr(pipeline, "generate", lambda network, prompts, settings, attention, **_: Generation(
-        [tokens[p.ids] for p in prompts], 0))
+
+    def fixed_outputs(network, prompts, *args, **options):
+        for key, prompt in prompts:
+            yield key, Finished(torch.tensor(tokens[prompt.ids] + [2]), None, 2)
+    monkeypatch.setattr(pipeline, "stream_generate", fixed_outputs)
     cls, ext = list(loaded.extract(docs, batch_size=1))
     assert cls.to_json()["output"] == [[{"type": "CheckBalance", "span": "CheckBalance", "offset": None}]]
     assert ext.raw == [answers["ext3"]]
@@ -154,19 +157,21 @@ def test_set_dtype_casts_the_network_and_records_it(loaded):
         loaded.set_dtype("int8")
 
 
-def test_out_of_memory_halves_the_batch_and_keeps_every_document(loaded, monkeypatch):
+def test_out_of_memory_halves_the_pool_keeps_every_document_and_reports_it(loaded, monkeypatch):
+    from plugins.seqgpt.continuous import SlotPool
+    from workstation.stages import StageClock
     reference = [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)]
-    real_generate = pipeline.generate
-    sizes = []
+    real_step, sizes = SlotPool.step, []
 
-    def generate_with_small_memory(network, prompts, settings, attention, **options):
-        sizes.append(len(prompts))
-        if len(prompts) > 1:
+    def step_with_small_memory(pool, start, end):
+        sizes.append(pool.items)
+        if pool.items > 2 and len(sizes) > 3:            # fails mid-run, with prompts in flight
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real_generate(network, prompts, settings, attention, **options)
-    monkeypatch.setattr(pipeline, "generate", generate_with_small_memory)
+        return real_step(pool, start, end)
+    monkeypatch.setattr(SlotPool, "step", step_with_small_memory)
+    loaded.clock = StageClock()
     assert [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)] == reference
-    assert sizes[0] == 5 and sizes.count(1) == 5              # 5 prompt chunks in all
+    assert [b["rows"] for b in loaded.clock.backoffs] == [4, 2] and sizes[-1] == 2
 
 
 def test_progress_and_token_counts(loaded):

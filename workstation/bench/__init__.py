@@ -12,10 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
-from workstation.bench import memory, rexuninlu, seqgpt, training
+from workstation.bench import memory, rexuninlu, seqgpt, seqgpt_e2e, training
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
-BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **memory.BENCHMARKS, **training.BENCHMARKS}
+BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **seqgpt_e2e.BENCHMARKS, **memory.BENCHMARKS,
+              **training.BENCHMARKS}
 
 
 def print_table(result: dict) -> None:
@@ -57,6 +58,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=3, help="seqgpt-generate: timed calls per variant")
     p.add_argument("--long-prompt", type=int, default=5120, help="seqgpt-generate: tokens of the long prompt")
     p.add_argument("--long-new-tokens", type=int, default=64, help="seqgpt-generate: new tokens after it")
+    p.add_argument("--reference-docs", type=int, default=50,
+                   help="seqgpt-e2e: documents the one-prompt-at-a-time reference runs (the first ones)")
     p.add_argument("--batches", type=int, default=1000, help="memory-pool: random-shape batches per variant")
     p.add_argument("--variants", type=lambda s: s.split(","), default=None,
                    help="memory-pool: run only variants whose names contain one of these (comma-separated)")

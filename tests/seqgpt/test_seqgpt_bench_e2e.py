@@ -1,0 +1,31 @@
+"""`bench seqgpt-e2e` runs on the CPU with the tiny demo checkpoint and a handful of documents, so it cannot rot."""
+import json
+
+from workstation import bench
+from workstation.bench.seqgpt_e2e import e2e_documents
+
+
+def test_documents_are_deterministic_mixed_and_some_take_two_prompts():
+    from plugins.seqgpt.prompting import prompts_for
+    docs = e2e_documents(40)
+    assert docs == e2e_documents(40)
+    assert {len(prompts_for(d)) for d in docs} == {1, 2}
+    assert min(len(d.text) for d in docs) < 60 and max(len(d.text) for d in docs) > 500
+
+
+def test_the_seqgpt_e2e_benchmark_compares_every_variant_with_the_reference(demo_tiny, tmp_path):
+    out = tmp_path / "e2e.json"
+    # seed 65: five short documents (38-193 characters), two of them two prompts each
+    code = bench.main(["seqgpt-e2e", "--weights", str(demo_tiny), "--device", "cpu", "--docs", "5", "--seed", "65",
+                       "--reference-docs", "3", "--new-tokens", "6", "--batch-sizes", "2", "--dtype", "bf16",
+                       "--out", str(out)])
+    result = json.loads(out.read_text("utf-8"))
+    assert code == 0
+    assert (result["documents"], result["reference_documents"], result["prompts"]) == (5, 3, 7)
+    reference, batched, graphs, full = result["rows"]
+    assert reference["variant"].startswith("reference") and reference["docs"] == 3
+    assert batched["outputs_identical"] is True and graphs["outputs_identical"] is True
+    assert batched["same_as_reference"] == "3/3" and graphs["same_as_batched_fp32"] == "5/5"
+    assert full["variant"].startswith("full stack: bf16") and full["outputs_identical"] is None
+    for row in result["rows"]:
+        assert row["docs_per_s"] > 0 and row["device_s"] > 0 and row["prepare_s"] > 0 and row["decode_s"] > 0

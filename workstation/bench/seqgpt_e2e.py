@@ -1,0 +1,183 @@
+"""SeqGPT end to end: extraction documents/s from prompts to parsed, grounded Results.
+
+  python3 launcher.py bench seqgpt-e2e --device cuda [--docs 500] [--reference-docs 50] [--new-tokens 64]
+      [--batch-sizes 64] [--dtype fp16] [--out FILE]
+
+One process, one device, the same documents (Chinese NER-style extraction, mixed lengths, 3 to 8
+labels so some documents take two prompts; deterministic from --seed) and the same weights:
+  (a) the reference's way: one prompt at a time through transformers `BloomForCausalLM.generate`
+      (fp32, num_beams=4, no sampling), decoded and parsed by our parser; on the first
+      --reference-docs documents only (it is slow), so its docs/s is measured there;
+  (b) ours, fp32 eager, continuous batching (plain steps), --batch-sizes' last value prompts at once;
+  (c) ours, fp32 eager with the memory-pool knob (static, CUDA-graph steps): lossless, must equal (b);
+  (d) the full stack: --dtype, the kernel the fused-attention plugin picks, CUDA graphs.
+Every variant runs the whole pipeline (prompt building, tokenising, generation, decoding, parsing,
+grounding); model load is excluded and a warm-up on the longest documents runs first (kernels,
+tokenizer, graph capture of the pool those documents need). Outputs are compared document by
+document: (b) and (c) with (a) on (a)'s documents, (c) and (d) with (b) on all of them.
+"""
+from __future__ import annotations
+
+import gc
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from workstation import engine
+from workstation.bench.common import demo_weights, environment, mixed_texts, sync
+from workstation.domain import Document
+from workstation.models import DEMO_MARKER
+from workstation.stages import IDLE, StageClock
+
+MIB = 1 << 20
+LABELS = ["人物", "地理位置", "组织机构", "时间", "作品", "赛事", "职位", "产品"]
+REFERENCE_BEAMS = 4                       # README / model card / ModelScope: beam 4, no sampling
+
+
+def e2e_documents(n: int, seed: int = 0) -> list[Document]:
+    """Extraction documents of mixed length; 7 or 8 labels (a quarter of them) make two prompts."""
+    rng = random.Random(seed + 1)
+    texts = mixed_texts(n, seed)
+    return [Document(f"doc-{i}", text, task="ext", labels=LABELS[:rng.choice([3, 4, 5, 5, 5, 6, 7, 8])], line=i + 1)
+            for i, text in enumerate(texts)]
+
+
+def _memory_start(device: str) -> None:
+    sync(device)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_mib(device: str) -> float | None:
+    return round(torch.cuda.max_memory_allocated(device) / MIB, 1) if device.startswith("cuda") else None
+
+
+def reference_way(hf, tokenizer, special, docs: list[Document], new_tokens: int, device: str) -> dict:
+    """One prompt at a time through `generate`, as the reference's inference loop does."""
+    from plugins.seqgpt.pipeline import plan, result
+    clock = StageClock(device)
+    _memory_start(device)
+    start = time.perf_counter()
+    outputs = []
+    for doc in docs:
+        with clock.stage("prepare"):
+            (run,) = plan([doc], tokenizer, "zh", 6)
+        raw = []
+        for encoded in run.encoded:
+            ids = torch.tensor([encoded.ids], device=device)
+            with clock.device():
+                out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=REFERENCE_BEAMS,
+                                  do_sample=False, max_new_tokens=new_tokens, pad_token_id=special.pad,
+                                  eos_token_id=special.eos)
+            with clock.stage("decode"):
+                raw.append(tokenizer.decode(out[0, ids.shape[1]:].tolist(), skip_special_tokens=True))
+        with clock.stage("decode"):
+            run.raw = raw
+            outputs.append(result(run).to_json())
+    sync(device)
+    return {"seconds": time.perf_counter() - start, "outputs": outputs, "stages": clock.finish(),
+            "peak_allocated_mib": _peak_mib(device)}
+
+
+def ours(model, docs: list[Document], batch_size: int, options: dict, device: str) -> dict:
+    """The model's own extract() over all documents, measured as the engine measures a run."""
+    clock = model.clock = StageClock(device)
+    _memory_start(device)
+    start = clock.started = time.perf_counter()
+    try:
+        outputs = [r.to_json() for r in model.extract(docs, batch_size=batch_size, **options)]
+        sync(device)
+        seconds = time.perf_counter() - start
+        stages = clock.finish()
+    finally:
+        model.clock = IDLE
+    return {"seconds": seconds, "outputs": outputs, "stages": stages, "backoffs": clock.backoffs,
+            "peak_allocated_mib": _peak_mib(device)}
+
+
+def _same(a: list, b: list) -> str:
+    return f"{sum(x == y for x, y in zip(a, b))}/{min(len(a), len(b))}"
+
+
+def seqgpt_e2e(args) -> dict:
+    import transformers
+    from transformers import BloomForCausalLM
+    from plugins.optimizations.fused_attention import FusedAttention
+    from plugins.seqgpt import loading
+    from plugins.seqgpt.prompting import prompts_for
+    device = engine.resolve_device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = False            # fp32 is real fp32, as in the reference
+    torch.backends.cudnn.allow_tf32 = False
+    weights = Path(args.weights) if args.weights else demo_weights(args, "seqgpt")
+    docs = e2e_documents(args.docs, args.seed)
+    n_ref = min(len(docs), args.reference_docs)
+    batch = args.batch_sizes[-1]
+    options = {"num_beams": REFERENCE_BEAMS, "max_new_tokens": args.new_tokens, "repetition_penalty": 1.0}
+    longest = sorted(docs, key=lambda d: -len(d.text))[:batch]     # warm-up: the pool the run needs
+    model = engine.load_model("seqgpt", weights, device, "fp32")
+
+    runs: dict[str, dict] = {}
+    variants = [("ours fp32 eager, continuous batching", "fp32", "eager", False),
+                ("ours fp32 eager + cuda graphs (lossless stack)", "fp32", "eager", True)]
+    best = FusedAttention().kernel_for(model)
+    best = model.resolve_attention(best)[0] if best else "sdpa"
+    full = f"full stack: {args.dtype} + {best} + cuda graphs + continuous batching"
+    variants.append((full, args.dtype, best, True))
+    for name, dtype, attention, graphs in variants:
+        if model.knobs.dtype != dtype:
+            model.set_dtype(dtype)
+        model.knobs.attention, model.knobs.cuda_graphs = attention, graphs
+        ours(model, longest, batch, options, device)                          # warm-up
+        runs[name] = ours(model, docs, batch, options, device)
+    model.graphs.clear()                                      # the slot pool's KV cache and graphs
+    del model
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+    tokenizer, special = loading.load_tokenizer(weights), loading.read_special_tokens(weights)
+    hf = BloomForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(device).eval()
+    reference = "reference: transformers generate, one prompt at a time, fp32"
+    reference_way(hf, tokenizer, special, docs[:1], args.new_tokens, device)               # warm-up
+    runs[reference] = reference_way(hf, tokenizer, special, docs[:n_ref], args.new_tokens, device)
+    del hf
+
+    batched = variants[0][0]
+    ref_rate = n_ref / runs[reference]["seconds"]
+    batched_rate = len(docs) / runs[batched]["seconds"]
+    rows = []
+    for name in [reference] + [v[0] for v in variants]:
+        run = runs[name]
+        n = n_ref if name == reference else len(docs)
+        rate = n / run["seconds"]
+        stages = run["stages"]
+        row = {"variant": name, "docs": n, "seconds": round(run["seconds"], 3), "docs_per_s": round(rate, 3),
+               "x_reference": round(rate / ref_rate, 2), "x_batched_fp32": round(rate / batched_rate, 2),
+               "prepare_s": stages["prepare"], "device_s": stages["device"], "decode_s": stages["decode"],
+               "device_busy": round(stages["device"] / run["seconds"], 3),
+               "peak_allocated_mib": run["peak_allocated_mib"],
+               "same_as_reference": _same(run["outputs"], runs[reference]["outputs"]),
+               "same_as_batched_fp32": _same(run["outputs"], runs[batched]["outputs"]),
+               "outputs_identical": None, "note": ""}
+        if name == reference:
+            row["note"] = f"first {n_ref} documents only"
+        elif name == full:
+            row["note"] = "reduced precision: agreement, not identity"
+        else:                                   # the fp32 paths: identical to the reference and each other
+            row["outputs_identical"] = (run["outputs"][:n_ref] == runs[reference]["outputs"]
+                                        and run["outputs"] == runs[batched]["outputs"])
+        if run.get("backoffs"):
+            row["note"] += f" out-of-memory back-offs: {run['backoffs']}"
+        rows.append(row)
+    return {"benchmark": "seqgpt-e2e", "env": {**environment(device), "transformers": transformers.__version__},
+            "weights": str(weights), "demo_weights": (weights / DEMO_MARKER).exists(),
+            "documents": len(docs), "reference_documents": n_ref, "characters": sum(len(d.text) for d in docs),
+            "prompts": sum(len(prompts_for(d)) for d in docs), "batch_size": batch, "num_beams": REFERENCE_BEAMS,
+            "max_new_tokens": args.new_tokens, "repetition_penalty": 1.0,
+            "device_time": "CUDA events on the current stream" if device.startswith("cuda")
+            else "wall time of the device calls (CPU)", "rows": rows}
+
+
+BENCHMARKS = {"seqgpt-e2e": seqgpt_e2e}
