@@ -58,6 +58,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--repeats", type=int, default=3, help="seqgpt-generate: timed calls per variant")
     p.add_argument("--long-prompt", type=int, default=5120, help="seqgpt-generate: tokens of the long prompt")
     p.add_argument("--long-new-tokens", type=int, default=64, help="seqgpt-generate: new tokens after it")
+    p.add_argument("--num-beams", type=int, default=None,
+                   help="seqgpt-e2e: beams (default 4, the reference's setting; 1 = greedy)")
     p.add_argument("--reference-docs", type=int, default=50,
                    help="seqgpt-e2e: documents the one-prompt-at-a-time reference runs (the first ones)")
     p.add_argument("--batches", type=int, default=1000, help="memory-pool: random-shape batches per variant")

@@ -54,7 +54,8 @@ def _peak_mib(device: str) -> float | None:
     return round(torch.cuda.max_memory_allocated(device) / MIB, 1) if device.startswith("cuda") else None
 
 
-def reference_way(hf, tokenizer, special, docs: list[Document], new_tokens: int, device: str) -> dict:
+def reference_way(hf, tokenizer, special, docs: list[Document], new_tokens: int, device: str,
+                  beams: int = REFERENCE_BEAMS) -> dict:
     """One prompt at a time through `generate`, as the reference's inference loop does."""
     from plugins.seqgpt.pipeline import plan, result
     clock = StageClock(device)
@@ -68,7 +69,7 @@ def reference_way(hf, tokenizer, special, docs: list[Document], new_tokens: int,
         for encoded in run.encoded:
             ids = torch.tensor([encoded.ids], device=device)
             with clock.device():
-                out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=REFERENCE_BEAMS,
+                out = hf.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=beams,
                                   do_sample=False, max_new_tokens=new_tokens, pad_token_id=special.pad,
                                   eos_token_id=special.eos)
             with clock.stage("decode"):
@@ -87,7 +88,9 @@ def ours(model, docs: list[Document], batch_size: int, options: dict, device: st
     _memory_start(device)
     start = clock.started = time.perf_counter()
     try:
-        outputs = [r.to_json() for r in model.extract(docs, batch_size=batch_size, **options)]
+        # Coverage (what the model read) is ours alone, not part of the reference's output: left out.
+        outputs = [{k: v for k, v in r.to_json().items() if k != "coverage"}
+                   for r in model.extract(docs, batch_size=batch_size, **options)]
         sync(device)
         seconds = time.perf_counter() - start
         stages = clock.finish()
@@ -114,7 +117,8 @@ def seqgpt_e2e(args) -> dict:
     docs = e2e_documents(args.docs, args.seed)
     n_ref = min(len(docs), args.reference_docs)
     batch = args.batch_sizes[-1]
-    options = {"num_beams": REFERENCE_BEAMS, "max_new_tokens": args.new_tokens, "repetition_penalty": 1.0}
+    beams = args.num_beams or REFERENCE_BEAMS
+    options = {"num_beams": beams, "max_new_tokens": args.new_tokens, "repetition_penalty": 1.0}
     longest = sorted(docs, key=lambda d: -len(d.text))[:batch]     # warm-up: the pool the run needs
     model = engine.load_model("seqgpt", weights, device, "fp32")
 
@@ -140,8 +144,8 @@ def seqgpt_e2e(args) -> dict:
     tokenizer, special = loading.load_tokenizer(weights), loading.read_special_tokens(weights)
     hf = BloomForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(device).eval()
     reference = "reference: transformers generate, one prompt at a time, fp32"
-    reference_way(hf, tokenizer, special, docs[:1], args.new_tokens, device)               # warm-up
-    runs[reference] = reference_way(hf, tokenizer, special, docs[:n_ref], args.new_tokens, device)
+    reference_way(hf, tokenizer, special, docs[:1], args.new_tokens, device, beams)               # warm-up
+    runs[reference] = reference_way(hf, tokenizer, special, docs[:n_ref], args.new_tokens, device, beams)
     del hf
 
     batched = variants[0][0]
@@ -174,7 +178,7 @@ def seqgpt_e2e(args) -> dict:
     return {"benchmark": "seqgpt-e2e", "env": {**environment(device), "transformers": transformers.__version__},
             "weights": str(weights), "demo_weights": (weights / DEMO_MARKER).exists(),
             "documents": len(docs), "reference_documents": n_ref, "characters": sum(len(d.text) for d in docs),
-            "prompts": sum(len(prompts_for(d)) for d in docs), "batch_size": batch, "num_beams": REFERENCE_BEAMS,
+            "prompts": sum(len(prompts_for(d)) for d in docs), "batch_size": batch, "num_beams": beams,
             "max_new_tokens": args.new_tokens, "repetition_penalty": 1.0,
             "device_time": "CUDA events on the current stream" if device.startswith("cuda")
             else "wall time of the device calls (CPU)", "rows": rows}
