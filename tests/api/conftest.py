@@ -1,4 +1,8 @@
 """An API app over a tiny RexUniNLU checkpoint, a temp history database and a fake GPU monitor."""
+import socket
+import threading
+import time
+
 import pytest
 
 from workstation.monitor import FakeMonitor
@@ -34,3 +38,29 @@ def make_client(api_settings):
 @pytest.fixture
 def client(make_client):
     return make_client()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def live_api(api_settings):
+    """The API on a free loopback port, under uvicorn in a thread (real HTTP); yields its base URL."""
+    import uvicorn
+    from workstation.api.app import create_app
+    app = create_app(api_settings, monitor_factory=lambda: FakeMonitor.steady(gpus=1))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    end = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < end, "the API server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{server.config.port}"
+    server.should_exit = True
+    thread.join(30)
+    app.state.api.jobs.wait(timeout=60)           # jobs a test queued finish before the temp database goes
+    app.state.api.store.close()

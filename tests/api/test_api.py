@@ -167,6 +167,8 @@ def test_unknown_ids_are_404(client):
     for path in ("/v1/jobs/999", "/v1/jobs/999/results", "/v1/runs/999", "/v1/runs/999/export"):
         assert_error(client.get(path), 404, "not_found")
     assert_error(client.delete("/v1/jobs/999"), 404)
+    for path in (f"/v1/runs/{2**70}", f"/v1/jobs/{2**70}/results", "/v1/runs/0", "/v1/jobs/-1"):
+        assert_error(client.get(path), 422)                 # beyond SQLite's integers: not a 500
     assert_error(client.get("/no/such/route"), 404)
 
 

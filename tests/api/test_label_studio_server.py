@@ -9,15 +9,14 @@ backend, asks Label Studio to retrieve predictions, and checks what Label Studio
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import threading
 import time
 
 import httpx
 import pytest
 
 import launcher
+from tests.api.conftest import free_port
 
 NER_CONFIG = """<View>
   <Labels name="label" toName="text">
@@ -32,12 +31,6 @@ UNINSTALLABLE = ("Network is unreachable", "Temporary failure in name resolution
                  "Failed to establish a new connection", "Could not find a version that satisfies the requirement "
                  "label-studio", "No matching distribution found for label-studio")
 TOKEN = "iew-test-token-0123456789"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until_up(url: str, process: subprocess.Popen | None, log, timeout: float) -> None:
@@ -96,26 +89,8 @@ def label_studio(tmp_path_factory):
         log.close()
 
 
-@pytest.fixture
-def backend(api_settings):
-    """Our API on a free loopback port, under uvicorn in a thread."""
-    import uvicorn
-    from workstation.api.app import create_app
-    from workstation.monitor import FakeMonitor
-    app = create_app(api_settings, monitor_factory=lambda: FakeMonitor.steady(gpus=0))
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    wait_until_up(f"{url}/health", None, None, timeout=30)
-    yield url
-    server.should_exit = True
-    thread.join(15)
-    app.state.api.store.close()
-
-
-def test_label_studio_gets_predictions_from_our_ml_backend(label_studio, backend):
+def test_label_studio_gets_predictions_from_our_ml_backend(label_studio, live_api):
+    backend = live_api
     ls_url, log = label_studio
     ls = httpx.Client(base_url=ls_url, headers={"Authorization": f"Token {TOKEN}"}, timeout=60)
     project = ls.post("/api/projects", json={"title": "IE Workstation backend", "label_config": NER_CONFIG})
