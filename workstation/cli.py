@@ -76,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         if command == "extract":
             return extract(args)
         if command == "serve":
-            from workstation.api.server import serve
-            ensure_demo_weights(load_settings())
-            return serve(load_settings(), args.host, args.port)
+            from workstation.api.server import check_exposure, serve
+            s = load_settings()
+            check_exposure(args.host or s.api.host, s.api.token)      # before anything is written or loaded
+            ensure_demo_weights(s)
+            return serve(s, args.host, args.port)
         if command == "demo-weights":
             return demo_weights(args)
         if command == "bench":
