@@ -147,10 +147,10 @@ def create_app(settings: Settings, state: ApiState | None = None, **state_args) 
                   dependencies=[Depends(HTTPBearer(auto_error=False))])   # documents the token; Guard checks it
     app.state.api = state
     _handlers(app)
-    if settings.api.cors_origins:
+    app.add_middleware(Guard, max_body=settings.api.max_body_bytes, token=settings.api.token)
+    if settings.api.cors_origins:                 # outermost, so a 401 or 413 reaches the browser's script too
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.api.cors_origins),
                            allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
-    app.add_middleware(Guard, max_body=settings.api.max_body_bytes, token=settings.api.token)
     _routes(app, state)
     _label_studio_routes(app, state)
     return app
@@ -256,7 +256,7 @@ def _routes(app: FastAPI, state: ApiState) -> None:
         if len(body.documents) > state.settings.api.max_documents:
             raise ApiError(413, "too_many_documents", f"{len(body.documents)} documents; at most "
                            f"{state.settings.api.max_documents} per request ([api] max_documents): use /v1/jobs")
-        config, documents = _checked(state, body)
+        config, documents = await _run_in_thread(_checked, state, body)     # a big body must not stall the loop
         request = state.submit(config, documents)
         try:
             extraction = await _wait(request, state.settings.api.timeout_s)
@@ -287,7 +287,7 @@ def _routes(app: FastAPI, state: ApiState) -> None:
                 body = ExtractRequest.model_validate(await _body_json(request))
             except ValidationError as e:
                 raise ApiError(422, "invalid_request", validation_message(e.errors())) from None
-            config, documents = _checked(state, body)
+            config, documents = await _run_in_thread(_checked, state, body)
             name = "api request"
         else:
             raise ApiError(415, "unsupported_media_type", "send application/json or multipart/form-data")
