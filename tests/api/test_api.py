@@ -427,3 +427,37 @@ def test_label_studio_relations_and_config_mapping(client):
 def test_label_studio_bad_requests_are_4xx(client, payload, status):
     assert_error(client.post("/ls/predict", json=payload), status)
     assert_error(client.post("/ls/setup", json={"schema": "<View/>"}), 400)
+
+
+# ---- SeqGPT through the API ----------------------------------------------------------------------------
+
+SEQ_LINES = [{"id": "a", "text": "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "task": "ext", "labels": ["人物", "地理位置"]},
+             {"id": "b", "text": "I want my checking balance.", "task": "cls", "labels": ["CheckBalance", "TransferMoney"]}]
+
+
+@pytest.fixture(scope="module")
+def seq_tiny(tmp_path_factory):
+    from workstation import engine
+    return engine.family("seqgpt").write_demo_weights(tmp_path_factory.mktemp("seq") / "seqgpt-tiny", "tiny")
+
+
+def test_seqgpt_extract_gives_the_cli_lines_and_options_are_checked(make_client, api_settings, seq_tiny, tmp_path):
+    from workstation.settings import ModelSettings
+    api_settings.models["seqgpt"] = ModelSettings(weights=str(seq_tiny), device="cpu", batch_size=2)
+    api_settings.api.models = ["rexuninlu", "seqgpt"]
+    client = make_client()
+    options = {"num_beams": 2, "max_new_tokens": 6}
+    got = client.post("/v1/extract", json={"model": "seqgpt", "documents": SEQ_LINES, "options": options,
+                                           "optimizations": []})
+    assert got.status_code == 200, got.text
+    inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    inp.write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in SEQ_LINES), "utf-8")
+    assert cli_main(["extract", "--model", "seqgpt", "--weights", str(seq_tiny), "--input", str(inp), "--output",
+                     str(out), "--device", "cpu", "--optimizations", "none", "--num-beams", "2",
+                     "--max-new-tokens", "6", "--no-record"]) == 0
+    assert got.json()["results"] == [json.loads(line) for line in out.read_text("utf-8").splitlines()]
+    for bad in ({"num_beams": "two"}, {"num_beams": 0}, {"max_new_tokens": 10**9}, {"num_beams": 1.5},
+                {"markers": "klingon"}, {"beam": 2}):
+        assert_error(client.post("/v1/extract", json={"model": "seqgpt", "documents": SEQ_LINES[1:],
+                                                      "options": bad}), 400)
+    assert_error(client.post("/v1/extract", json={"model": "seqgpt", "documents": [{"text": "x", "task": "cls"}]}), 400)

@@ -77,3 +77,36 @@ def test_serve_refuses_to_listen_off_loopback_without_a_token(tmp_path, monkeypa
         main(["serve"])
     with pytest.raises(SystemExit, match="needs a bearer token"):
         main(["serve", "--host", "10.0.0.7", "--port", "9999"])
+
+
+def test_a_slow_client_does_not_hold_up_others(live_api):
+    import socket
+    import time
+    from urllib.parse import urlparse
+    where = urlparse(live_api)
+    with socket.create_connection((where.hostname, where.port)) as slow:
+        # Headers and the start of a body, then nothing: the server waits for the rest without stalling.
+        slow.sendall(b"POST /v1/extract HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100000\r\n\r\n{\"model\": \"rexuninlu\", ")
+        start = time.monotonic()
+        with Client(live_api, timeout=60) as api:
+            assert api.health()["status"] == "ok"
+            assert api.extract("rexuninlu", DOCS[:1], optimizations=[]).results[0]["id"] == "a"
+        assert time.monotonic() - start < 60
+
+
+def test_api_runs_and_jobs_are_in_the_store_another_process_opens(live_api, api_settings):
+    """The UI is another process on the same database: it sees what the API wrote."""
+    from storage.repository import open_store
+    with Client(live_api) as api:
+        run_id = api.extract("rexuninlu", DOCS, schema=NER, optimizations=[]).run_id
+        job_id = api.submit_job("rexuninlu", DOCS, schema=NER, optimizations=[])
+        assert api.wait_for_job(job_id, timeout=120, poll_s=0.2)["status"] == "done"
+    ui_store = open_store(api_settings.database)
+    try:
+        assert ui_store.get_run(run_id).summary.documents == 2
+        job = ui_store.get_job(job_id)
+        assert job.status == "done" and ui_store.get_run(job.run_id).summary.source == "batch"
+        assert job_id in [j.id for j in ui_store.list_jobs()]
+    finally:
+        ui_store.close()
