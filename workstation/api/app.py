@@ -239,8 +239,10 @@ def _routes(app: FastAPI, state: ApiState) -> None:
         verdicts: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in registry}
         for name in state.families():
             try:
-                config = state.config(name, None, None, [], {}, None)
-                with state.shelf.borrow(state.shelf_key(config)) as model:
+                # The model as loaded now (whatever its settings), else as settings.toml has it.
+                key = next((k for k in state.shelf.loaded() if k[0] == name), None) or \
+                    state.shelf_key(state.config(name, None, None, [], {}, None))
+                with state.shelf.borrow(key) as model:
                     for opt_name, opt in registry.items():
                         ok, reason = opt.applies_to(model)
                         verdicts[opt_name][name] = {"applies": ok, "reason": reason}
