@@ -2,7 +2,7 @@
 """The one entry point. First run: make .venv/, install the pinned requirements, re-run inside it.
 
   python3 launcher.py                 start the workstation UI (http://127.0.0.1:8501)
-  python3 launcher.py test            install test dependencies too, run the test suite
+  python3 launcher.py test            install test dependencies (and Label Studio, in its own venv), run the tests
   python3 launcher.py extract ...     the command line (see --help)
 """
 import hashlib
@@ -32,6 +32,43 @@ def install(requirements: Path) -> None:
     stamp.write_text(digest)
 
 
+LABEL_STUDIO_VENV = ROOT / ".venv-labelstudio"
+LABEL_STUDIO_TEMPLATE = LABEL_STUDIO_VENV / "template-data"      # a migrated, empty Label Studio database
+LABEL_STUDIO_FAILED = ROOT / ".venv-labelstudio.failed"          # why the last set-up failed (read by the test)
+
+
+def install_label_studio() -> str:
+    """The real Label Studio for the ML-backend test, in its own venv (its pins clash with ours), with an empty
+    database migrated once (migrating takes minutes; the test copies it). Stamped per content of
+    requirements-labelstudio.txt like install(). Returns "" when ready, else why not (also kept in
+    LABEL_STUDIO_FAILED for the test to report)."""
+    requirements = ROOT / "requirements-labelstudio.txt"
+    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    stamp = LABEL_STUDIO_VENV / ".installed"
+    if stamp.exists() and stamp.read_text() == digest and (LABEL_STUDIO_TEMPLATE / "label_studio.sqlite3").exists():
+        return ""
+    python = LABEL_STUDIO_VENV / "bin" / "python"
+    print(f"[launcher] installing Label Studio into {LABEL_STUDIO_VENV} for its test (first run only) ...",
+          file=sys.stderr)
+    env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(LABEL_STUDIO_TEMPLATE)}
+    steps = [[sys.executable, "-m", "venv", str(LABEL_STUDIO_VENV)] if not python.exists() else None,
+             [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-r", str(requirements)],
+             [str(LABEL_STUDIO_VENV / "bin" / "label-studio"), "version", "--data-dir", str(LABEL_STUDIO_TEMPLATE)]]
+    for step in filter(None, steps):
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, env=env, timeout=3600)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            done = subprocess.CompletedProcess(step, 1, "", f"{type(e).__name__}: {e}")
+        if done.returncode != 0:
+            reason = f"`{' '.join(step[:4])} ...` failed:\n" + (done.stderr or done.stdout)[-3000:]
+            LABEL_STUDIO_FAILED.write_text(reason, encoding="utf-8")
+            print(f"[launcher] Label Studio could not be set up; its test will say why:\n{reason}", file=sys.stderr)
+            return reason
+    stamp.write_text(digest)
+    LABEL_STUDIO_FAILED.unlink(missing_ok=True)
+    return ""
+
+
 def bootstrap(with_tests: bool) -> None:
     if sys.version_info < (3, 11):
         sys.exit(f"Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
@@ -41,6 +78,7 @@ def bootstrap(with_tests: bool) -> None:
     install(ROOT / "requirements.txt")
     if with_tests:
         install(ROOT / "requirements-dev.txt")
+        install_label_studio()
 
 
 def main() -> int:

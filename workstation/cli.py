@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--size", default="all", choices=["full", "tiny", "all"])
     d.add_argument("--out", type=Path, default=None, help="parent directory (default: settings.toml)")
 
+    v = sub.add_parser("serve", help="the HTTP API and Label Studio ML backend (docs/api.md)")
+    v.add_argument("--host", default=None, help="default: [api] host in settings.toml (127.0.0.1)")
+    v.add_argument("--port", type=int, default=None, help="default: [api] port in settings.toml (8502)")
+
     b = sub.add_parser("bench", help="the benchmark suite (see docs/benchmarks.md)")
     b.add_argument("bench_args", nargs=argparse.REMAINDER)
     f = sub.add_parser("finetune", help="fine-tune a model on gold examples")
@@ -78,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             return run_ui()
         if command == "extract":
             return extract(args)
+        if command == "serve":
+            from workstation.api.server import check_exposure, serve
+            s = load_settings()
+            check_exposure(args.host or s.api.host, s.api.token)      # before anything is written or loaded
+            ensure_demo_weights(s)
+            return serve(s, args.host, args.port)
         if command == "demo-weights":
             return demo_weights(args)
         if command == "bench":

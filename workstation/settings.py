@@ -20,6 +20,23 @@ class ModelSettings:
 
 
 @dataclass
+class ApiSettings:
+    """[api] in settings.toml: the HTTP API of `launcher.py serve` (docs/api.md)."""
+
+    host: str = "127.0.0.1"          # loopback only; any other address needs a token
+    port: int = 8502
+    token: str = ""                  # bearer token; IEW_API_TOKEN overrides; required off loopback
+    cors_origins: list[str] = field(default_factory=list)     # [] = no CORS headers at all
+    models: list[str] = field(default_factory=list)            # served models; [] = every installed one
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_documents: int = 256         # per /v1/extract request; more go through /v1/jobs
+    queue_size: int = 64             # waiting requests per (model, device) before 429
+    batch_wait_ms: float = 5.0       # how long the first request waits for others to share its pass
+    max_batch_documents: int = 64    # documents per shared forward pass
+    timeout_s: float = 120.0         # per /v1/extract request, queueing included
+
+
+@dataclass
 class Settings:
     models: dict[str, ModelSettings] = field(default_factory=dict)
     optimizations: list[str] = field(default_factory=list)
@@ -33,6 +50,7 @@ class Settings:
     max_tuples_per_document: int = 10_000
     # Folders whose files Batch may read by path ("A file on this machine"); [] = uploads only.
     input_folders: list[str] = field(default_factory=list)
+    api: ApiSettings = field(default_factory=ApiSettings)
 
     def path(self, relative: str) -> Path:
         p = Path(relative).expanduser()
@@ -75,4 +93,7 @@ def load_settings(path: Path | None = None) -> Settings:
     if s.max_tuples_per_document < 0:
         raise ValueError("settings.toml: [results] max_tuples_per_document must be 0 (no limit) or more")
     s.input_folders = [str(f) for f in data.get("batch", {}).get("input_folders", [])]
+    api = data.get("api", {})
+    s.api = ApiSettings(**{k: v for k, v in api.items() if k in ApiSettings.__dataclass_fields__})
+    s.api.token = os.environ.get("IEW_API_TOKEN", s.api.token)
     return s

@@ -12,11 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
-from workstation.bench import memory, rexuninlu, seqgpt, seqgpt_e2e, training
+from workstation.bench import api, memory, rexuninlu, seqgpt, seqgpt_e2e, training
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
 BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **seqgpt_e2e.BENCHMARKS, **memory.BENCHMARKS,
-              **training.BENCHMARKS}
+              **training.BENCHMARKS, **api.BENCHMARKS}
 
 
 def print_table(result: dict) -> None:
@@ -68,6 +68,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--train-batch", type=int, default=None, help="train-step: rows per step (default 16 / 8)")
     p.add_argument("--train-len", type=int, default=None, help="train-step: tokens per row (default 512 / 1024)")
     p.add_argument("--train-steps", type=int, default=5, help="train-step: timed steps after warm-up")
+    p.add_argument("--clients", type=int, default=16, help="api-load: concurrent HTTP clients")
     args = p.parse_args(argv)
     result = BENCHMARKS[args.benchmark](args)
     if args.out:

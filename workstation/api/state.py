@@ -1,0 +1,215 @@
+"""What the API's routes share, once per server process: settings, the store, the models, the lanes,
+the job runner and the GPU recorder (the API's counterpart of workstation/ui/state.py).
+
+An extraction goes: validated documents -> a lane of (model, device) -> a shared pass on a model from
+the shelf (engine.apply_optimizations, engine.run, exactly as the CLI) -> one Run per request in the
+store, so History shows it. Jobs are the UI's batch jobs: the same tables and the same JobRunner.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
+
+import torch
+
+from storage.repository import Store, open_store
+from workstation import engine, plugins
+from workstation.api.lanes import LaneRequest, Lanes, RunConfig
+from workstation.domain import Document, InputError, Result
+from workstation.engine import RunReport
+from workstation.jobs import JobRunner
+from workstation.monitor import GpuRecorder, NvmlMonitor
+from workstation.settings import Settings
+from workstation.ui.shelf import ModelShelf
+
+log = logging.getLogger(__name__)
+DEVICE_WORDS = ("auto", "cpu", "cuda")
+OPTION_LIMIT = 4096          # no numeric model option above this: a typo must not hold a GPU for hours
+
+
+@dataclass
+class Extraction:
+    """One request's share of a pass: its run in the history and its results in input order."""
+
+    run_id: int | None
+    report: RunReport
+    shared_with: int                    # requests in the pass (1: it ran alone)
+
+
+class ApiState:
+    def __init__(self, settings: Settings, store: Store | None = None, monitor_factory: Callable = NvmlMonitor,
+                 shelf: ModelShelf | None = None, record: bool = True):
+        self.settings = settings
+        self.store = store or open_store(settings.path(settings.database))
+        self.shelf = shelf or ModelShelf()
+        self.record = record
+        api = settings.api
+        self.lanes = Lanes(self._execute, api.queue_size, api.batch_wait_ms / 1000, api.max_batch_documents)
+        self.jobs = JobRunner(self.store)
+        self._monitor_factory = monitor_factory
+        self.gpus: GpuRecorder | None = None
+        self.label_studio_projects: dict[str, Any] = {}      # LS project id -> its parsed label config
+
+    def start(self) -> None:
+        try:
+            self.gpus = GpuRecorder(self._monitor_factory(), self.settings.monitor_interval_s).start()
+        except Exception as e:                  # noqa: BLE001 - no monitor is not a reason to refuse requests
+            log.warning("GPU monitor unavailable: %s", e)
+        self.jobs.resume_unfinished()           # jobs cut off by a shutdown (of the API or the UI) go on
+
+    def stop(self) -> None:
+        self.lanes.stop()
+        if self.gpus is not None:
+            self.gpus.stop()
+
+    # ---- what the routes ask ---------------------------------------------------------------------------
+
+    def families(self) -> dict:
+        served = self.settings.api.models
+        return {n: f for n, f in plugins.model_families().items() if not served or n in served}
+
+    def family(self, name: str):
+        families = self.families()
+        if name not in families:
+            raise InputError(f"unknown model {name!r}; served: {', '.join(families) or 'none'}")
+        return families[name]
+
+    def device(self, model: str, asked: str | None) -> str:
+        """The device a request runs on: asked for, else settings.toml's; checked before anything queues."""
+        device = asked or self.settings.model(model).device
+        word, _, index = device.partition(":")
+        if word not in DEVICE_WORDS or (index and (word != "cuda" or not index.isdigit())):
+            raise InputError(f"device {device!r} is not one of auto, cpu, cuda, cuda:N")
+        try:
+            device = engine.resolve_device(device)
+        except RuntimeError as e:
+            raise InputError(str(e)) from None
+        if index and int(index) >= torch.cuda.device_count():
+            raise InputError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
+        return device
+
+    def config(self, model: str, device: str | None, dtype: str | None, optimizations: Sequence[str] | None,
+               options: dict[str, Any] | None, batch_size: int | None) -> RunConfig:
+        """A request's settings, completed from settings.toml and checked (InputError names the field)."""
+        fam = self.family(model)
+        ms = self.settings.model(model)
+        names = list(self.settings.optimizations if optimizations is None else optimizations)
+        registry = plugins.optimizations()
+        unknown = [n for n in names if n not in registry]
+        if unknown:
+            raise InputError(f"unknown optimization(s) {', '.join(unknown)}; available: {', '.join(registry)}")
+        options = dict(options or {})
+        check_options(fam, options)
+        if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
+            raise InputError(f"dtype {dtype!r} is not one of fp32, fp16, bf16")
+        weights, _ = self.settings.weights_for(model)
+        return RunConfig(model, str(weights), self.device(model, device), dtype, tuple(dict.fromkeys(names)),
+                         tuple(sorted(options.items())), batch_size or ms.batch_size)
+
+    def documents(self, model: str, items: Sequence[dict[str, Any]]) -> list[Document]:
+        """Request documents -> Documents, each checked by its model; `line` is its 1-based position."""
+        fam = self.family(model)
+        documents = []
+        for n, item in enumerate(items, start=1):
+            doc = Document(str(item.get("id") if item.get("id") is not None else n), item["text"],
+                           item.get("schema"), item.get("task"), item.get("labels"), line=n)
+            fam.validate(doc)
+            documents.append(doc)
+        return documents
+
+    def submit(self, config: RunConfig, documents: list[Document]) -> LaneRequest:
+        request = LaneRequest(config, documents)
+        self.lanes.submit(request)
+        return request
+
+    # ---- the lanes' worker: one pass for several requests ----------------------------------------------
+
+    def _execute(self, config: RunConfig, requests: Sequence[LaneRequest]) -> list[Extraction]:
+        documents = [d for r in requests for d in r.documents]
+        ms = self.settings.model(config.model)
+        with self.shelf.borrow(self.shelf_key(config)) as model:
+            active = engine.apply_optimizations(model, list(config.optimizations))
+            # As `launcher.py extract`: an asked dtype wins; settings.toml's applies where no optimization chose one.
+            dtype = config.dtype or (ms.dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
+            if dtype != model.knobs.dtype:
+                model.set_dtype(dtype)
+            report = engine.run(model, documents, config.batch_size, active, **dict(config.options))
+        return self._split(config, requests, report)
+
+    def shelf_key(self, config: RunConfig):
+        # Weights load in fp32 and every (dtype, optimizations) set gets its own load, so a pass never runs
+        # on weights cast down and back up by an earlier request: outputs match a fresh CLI run.
+        wanted = frozenset(config.optimizations) | {f"dtype={config.dtype or self.settings.model(config.model).dtype}"}
+        return ModelShelf.key(config.model, config.weights, config.device, "fp32", wanted)
+
+    def _split(self, config: RunConfig, requests: Sequence[LaneRequest], report: RunReport) -> list[Extraction]:
+        out, start = [], 0
+        chars = sum(len(d.text) for r in requests for d in r.documents) or 1
+        for r in requests:
+            results: list[Result] = report.results[start:start + len(r.documents)]
+            start += len(r.documents)
+            share = sum(len(d.text) for d in r.documents) / chars
+            # The pass's time and memory are every request's; its tokens are shared out by text length.
+            own = replace(report, documents=len(r.documents), results=results,
+                          tokens=round(report.tokens * share) if len(requests) > 1 else report.tokens)
+            run_id = None
+            if self.record:
+                snapshot = {"surface": "api", "summary": own.summary(),
+                            "shared_pass": {"requests": len(requests), "documents": report.documents}}
+                try:
+                    # The store knows 'ui', 'batch' and 'cli'; API runs are programmatic runs like the CLI's,
+                    # told apart by settings.surface.
+                    run_id = self.store.record_run(own, r.documents, "cli", settings_snapshot=snapshot)
+                except Exception as e:          # noqa: BLE001 - the results stand; the response says so
+                    log.warning("an API run was not recorded: %s", e)
+            out.append(Extraction(run_id, own, len(requests)))
+        return out
+
+    # ---- jobs ----------------------------------------------------------------------------------------
+
+    def create_job(self, config: RunConfig, documents: list[Document], source_name: str) -> int:
+        ms = self.settings.model(config.model)
+        job_id = self.store.create_job(
+            documents, config.model, config.weights, config.batch_size, list(config.optimizations),
+            dict(config.options), source_name, device=config.device, dtype=config.dtype or ms.dtype,
+            settings_snapshot={"surface": "api", "model": config.model, "weights": config.weights,
+                               "device": config.device, "dtype": config.dtype or ms.dtype,
+                               "optimizations": list(config.optimizations), "batch_size": config.batch_size,
+                               "options": dict(config.options)})
+        self.jobs.submit(job_id)
+        return job_id
+
+    def loaded(self) -> dict[str, list[str]]:
+        """model -> devices it is loaded on in this process."""
+        out: dict[str, list[str]] = {}
+        for key in self.shelf.loaded():
+            out.setdefault(key[0], []).append(key[2])
+        return out
+
+
+def check_options(fam, options: dict[str, Any]) -> None:
+    """Options a model takes, of the type of their default, numbers within [0, OPTION_LIMIT]."""
+    allowed = dict(fam.options)
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        takes = ", ".join(allowed) or "no options"
+        raise InputError(f"{fam.name} does not take option(s) {', '.join(unknown)}; it takes {takes}")
+    for name, value in options.items():
+        default = allowed[name]
+        if value is None:
+            continue
+        if isinstance(default, bool) or isinstance(value, bool):
+            ok = isinstance(value, bool) and isinstance(default, bool)
+        elif isinstance(default, (int, float)):
+            ok = isinstance(value, (int, float))
+            low = 1 if isinstance(default, int) else 0
+            if ok and not (low <= value <= OPTION_LIMIT and (isinstance(default, int) or value > 0)):
+                raise InputError(f"option {name!r} must be {'an integer ' if isinstance(default, int) else ''}"
+                                 f"{'from 1' if low else 'above 0'} up to {OPTION_LIMIT}, got {value}")
+            if ok and isinstance(default, int) and not float(value).is_integer():
+                raise InputError(f"option {name!r} must be an integer, got {value}")
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            raise InputError(f"option {name!r} must be of type {type(default).__name__}, got {type(value).__name__}")

@@ -1,0 +1,116 @@
+"""`bench api-load`: N concurrent HTTP clients against /v1/extract, with and without micro-batching.
+
+The API runs in this process under uvicorn on a free loopback port (real HTTP, real JSON, a temporary
+history database); each client thread sends one-document requests through workstation.api_client. Two
+variants, same documents, same clients: "one at a time" (every request its own forward pass) and
+"micro-batched" (concurrent requests share passes). Reported per variant: requests/s, latency p50/p99,
+errors, whether every document was answered exactly once, and whether each output equals the output of
+the document sent alone (outputs_identical). Not a test: nothing is asserted about speed.
+"""
+from __future__ import annotations
+
+import socket
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from workstation.bench.common import NER_SCHEMA, SENTENCES, environment
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _serve(settings):
+    import uvicorn
+    from workstation.api.app import create_app
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+def _variant(settings, texts: list[str], clients: int, batch_size: int) -> tuple[dict, dict[str, list]]:
+    from workstation.api_client import ApiError, Client
+    server, thread, url = _serve(settings)
+    latencies: list[float] = []
+    answers: dict[str, list] = {}
+    errors, shared = [0], []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        with Client(url, retries=20) as api:
+            start = time.perf_counter()
+            try:
+                got = api.extract("rexuninlu", [{"id": f"doc{i}", "text": texts[i]}], schema=NER_SCHEMA,
+                                  optimizations=[], batch_size=batch_size)
+            except (ApiError, OSError):
+                with lock:
+                    errors[0] += 1
+                return
+            with lock:
+                latencies.append(time.perf_counter() - start)
+                shared.append(got.shared_pass)
+                for line in got.results:
+                    answers.setdefault(line["id"], []).append(line["output"])
+
+    try:
+        with Client(url) as api:                                  # warm-up: load the model once
+            api.extract("rexuninlu", [{"text": texts[0]}], schema=NER_SCHEMA, optimizations=[])
+        start = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(one, range(len(texts))))
+        seconds = time.perf_counter() - start
+    finally:
+        server.should_exit = True
+        thread.join(30)
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return round(1000 * latencies[min(len(latencies) - 1, int(p * len(latencies)))], 1) if latencies else 0.0
+    row = {"requests": len(texts), "clients": clients, "requests_per_s": round(len(latencies) / seconds, 2),
+           "p50_ms": pct(0.50), "p99_ms": pct(0.99), "errors": errors[0],
+           "answered_once": sorted(answers) == sorted(f"doc{i}" for i in range(len(texts)))
+           and all(len(v) == 1 for v in answers.values()),
+           "mean_shared_pass": round(sum(shared) / len(shared), 2) if shared else 0.0}
+    return row, answers
+
+
+def api_load(args) -> dict:
+    from workstation import engine
+    from workstation.settings import ApiSettings, ModelSettings, Settings
+    device = engine.resolve_device(args.device)
+    folder = Path(tempfile.mkdtemp(prefix="iew-bench-api-"))
+    weights = args.weights or str(engine.family("rexuninlu").write_demo_weights(
+        Path(tempfile.gettempdir()) / "iew-bench" / f"rexuninlu-{'full' if device.startswith('cuda') else 'tiny'}",
+        "full" if device.startswith("cuda") else "tiny"))
+    # What an API client typically sends: one sentence per request (distinct texts, so no answer can be mixed up).
+    texts = [f"{i}. {SENTENCES[(i + args.seed) % len(SENTENCES)]}" for i in range(args.docs)]
+    batch_size = args.batch_sizes[0]
+    rows, outputs = [], {}
+    for name, wait_ms, per_pass in (("one at a time", 0.0, 1), ("micro-batched", 5.0, batch_size)):
+        settings = Settings(database=str(folder / f"{name.replace(' ', '-')}.db"))
+        settings.models["rexuninlu"] = ModelSettings(weights=str(weights), device=device, batch_size=batch_size)
+        settings.api = ApiSettings(models=["rexuninlu"], queue_size=max(args.clients * 2, 64), batch_wait_ms=wait_ms,
+                                   max_batch_documents=per_pass, timeout_s=3600.0)
+        row, answers = _variant(settings, texts, args.clients, batch_size)
+        outputs[name] = answers
+        rows.append({"variant": name, **row})
+    reference = outputs["one at a time"]
+    rows[1]["outputs_identical"] = all(outputs["micro-batched"].get(k) == v for k, v in reference.items())
+    rows[0]["outputs_identical"] = True
+    rows[1]["gain"] = round(rows[1]["requests_per_s"] / rows[0]["requests_per_s"], 2) if rows[0]["requests_per_s"] else None
+    rows[0]["gain"] = 1.0
+    env = {**environment(device), "weights": str(weights), "documents": len(texts), "clients": args.clients,
+           "batch_size": batch_size}
+    return {"env": env, "rows": rows}
+
+
+BENCHMARKS = {"api-load": api_load}
