@@ -88,7 +88,7 @@ def parse_documents(stream: BinaryIO, suffix: str, name: str, default: Any = Non
 
     if suffix == ".parquet":
         for n, row in enumerate(_parquet_rows(stream, name), start=1):
-            add(lambda: _document(row, n, default), n)
+            add(lambda: _document(_decoded(row, n), n, default), n)
         return docs, errors
     try:
         if suffix == ".csv":
@@ -113,20 +113,22 @@ def parse_documents(stream: BinaryIO, suffix: str, name: str, default: Any = Non
 
 
 def _parquet_rows(stream: BinaryIO, name: str) -> list[dict[str, Any]]:
-    """Rows of a Parquet file as JSONL-like objects. Nested values may be stored as JSON text (the easy
-    way to keep a schema dict in a column), so `schema` and `labels` strings are decoded."""
+    """Rows of a Parquet file as JSONL-like objects."""
     import pyarrow.parquet as pq
     try:
-        rows = pq.read_table(stream).to_pylist()
+        return pq.read_table(stream).to_pylist()
     except Exception as e:              # noqa: BLE001 - pyarrow raises several types for a broken file
         raise InputError(f"{name} is not a readable Parquet file ({type(e).__name__}: {e})") from None
-    for n, row in enumerate(rows, start=1):
-        for key in ("schema", "labels"):
-            if isinstance(row.get(key), str):
-                row[key] = json_line(row[key], n, f"column {key!r}")
-        if row.get("id") is None:
-            row.pop("id", None)                          # a null id falls back to the row number, as in JSONL
-    return rows
+
+
+def _decoded(row: dict[str, Any], line: int) -> dict[str, Any]:
+    """Nested values may be stored as JSON text (the easy way to keep a schema dict in a column), so
+    `schema` and `labels` strings are decoded; a null id falls back to the row number, as in JSONL."""
+    row = {k: v for k, v in row.items() if not (k == "id" and v is None)}
+    for key in ("schema", "labels"):
+        if isinstance(row.get(key), str):
+            row[key] = json_line(row[key], line, f"column {key!r}")
+    return row
 
 
 def json_line(raw: str, line: int, source: str = "") -> Any:

@@ -108,6 +108,7 @@ class OutputDir:
                              "program, or was edited: move it away to start this output directory afresh") from None
 
     def write_manifest(self, manifest: dict) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{MANIFEST}.tmp"
         tmp.write_text(json.dumps(manifest, ensure_ascii=False, indent=1), "utf-8")
         os.replace(tmp, self.manifest_path)

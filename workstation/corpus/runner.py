@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 # Compared on a rerun: results made under another of these must not be mixed into one output.
 IDENTITY = ("model", "weights_hash", "optimizations", "dtype", "configured_dtype", "schema", "options", "format")
 # Shipped to a cluster with the code (runtime_env working_dir): never the venv, data or weights.
+TALLY_PREFIX = "iew-corpus-tally-"
 NOT_SHIPPED = [".venv", ".git", "data", "**/__pycache__", "docs/screenshots", "*.safetensors", "*.bin"]
 
 
@@ -68,13 +69,14 @@ def run(job: CorpusJob) -> dict:
         shards = plan_shards(job.input, out.root)
         manifest = reconcile(out, job, shards)
         pending = [s for s in shards if manifest["shards"][s.key]["status"] != "done"]
-        done_lines = {}
+        done_lines, complete = {}, []
         for s in pending:                          # a rerun: finish what a stop left fully staged
             lines, total = out.done_lines(s.key)
             if total is not None and len(lines) == total:
-                finish(out, manifest, s, finalise_shard(str(out.root), _ref(s), job.format))
+                complete.append((s, finalise_shard(str(out.root), _ref(s), job.format)))
             elif lines:
                 done_lines[s.key] = sorted(lines)
+        finish(out, manifest, complete)
         pending = [s for s in pending if manifest["shards"][s.key]["status"] != "done"]
         out.write_manifest(manifest)
         if pending:
@@ -143,11 +145,17 @@ def reconcile(out: OutputDir, job: CorpusJob, shards: list[Shard]) -> dict:
     return manifest
 
 
-def finish(out: OutputDir, manifest: dict, shard: Shard, counts: dict) -> None:
-    """The part is in place: record it, then drop the staging (a stop between the two only repeats work)."""
-    manifest["shards"][shard.key].update(status="done", finished_at=now(), **counts)
+def finish(out: OutputDir, manifest: dict, finished: list[tuple[Shard, dict]]) -> None:
+    """Parts in place: record them (one manifest write for many: it grows with the shards), then drop their
+    staging. A stop between the two only repeats work."""
+    if not finished:
+        return
+    for shard, counts in finished:
+        manifest["shards"][shard.key].update(status="done", finished_at=now(), **counts)
+    count(manifest)
     out.write_manifest(manifest)
-    out.drop_staging(shard.key)
+    for shard, _ in finished:
+        out.drop_staging(shard.key)
 
 
 def count(manifest: dict) -> None:
@@ -231,7 +239,8 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
     out.write_manifest(manifest)
     started, run_entry = time.perf_counter(), {"started_at": now(), "address": job.address or "local",
                                                "ray": ray.__version__}
-    tally = Tally.remote()
+    # Named, so another driver on the cluster can read a running job's counts (ray.util.list_named_actors).
+    tally = Tally.options(name=f"{TALLY_PREFIX}{uuid.uuid4().hex[:12]}").remote()
     watcher = Watcher(tally, manifest, pending, done_lines, store, job.progress)
     try:
         workers, gpus, cpus = workers_and_gpus(job)
@@ -283,14 +292,19 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
 def _finalise(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]) -> list[str]:
     """Parts for the shards that are now fully staged, written by Ray tasks beside the data. Returns the others."""
     task = ray.remote(finalise_shard).options(num_cpus=0.5)
-    refs = {task.remote(str(out.root), _ref(s), job.format): s for s in pending}
-    unfinished = []
-    for ref, shard in refs.items():
-        try:
-            finish(out, manifest, shard, ray.get(ref))
-        except ray.exceptions.RayTaskError as e:
-            log.warning("%s", e)
-            unfinished.append(shard.path)
+    shards = {task.remote(str(out.root), _ref(s), job.format): s for s in pending}
+    waiting, unfinished, finished, written = list(shards), [], [], time.monotonic()
+    while waiting:
+        ready, waiting = ray.wait(waiting, num_returns=len(waiting), timeout=2.0)
+        for ref in ready:
+            try:
+                finished.append((shards[ref], ray.get(ref)))
+            except ray.exceptions.RayTaskError as e:
+                log.warning("%s", e)
+                unfinished.append(shards[ref].path)
+        if finished and (not waiting or time.monotonic() - written > 2.0):
+            finish(out, manifest, finished)
+            finished, written = [], time.monotonic()
     return unfinished
 
 
@@ -410,7 +424,10 @@ class Progress:
         if self.store is None:
             return
         status = run_entry["status"]
-        done, total = watcher.totals()
+        if status == "done":                          # every part written: the manifest has the exact count
+            done = total = manifest["counts"]["documents"]
+        else:
+            done, total = watcher.totals()
         self._last = 0.0
         self.update(total if total is not None else done, done, run_entry["wall_seconds"], run_entry["docs_per_second"])
         outcome = "done" if status == "done" else "cancelled" if status in ("cancelled", "interrupted") else "failed"

@@ -97,7 +97,7 @@ class ExtractionWorker:
             out[i] = _result_row(rows[i], error=error) if error else _result_row(
                 rows[i], output=json.dumps(result.to_json(), ensure_ascii=False), warnings=result.warnings)
         if self.report is not None:
-            self.report("batch", self.name, self.model.device, len(rows),
+            self.report("batch", self.name, self.model.device, sum(1 for r in rows if r["line"] != EMPTY),
                         sum(1 for r in out if r["error"] is not None), time.perf_counter() - started)
         return pa.Table.from_pylist(out, schema=RESULT_SCHEMA)
 

@@ -1,0 +1,205 @@
+"""`launcher.py corpus` on a local Ray runtime (2 CPUs, started once for the module) with tiny weights.
+
+Every run is compared with `launcher.py extract` on the same files: the `output` column of each row must be
+the exact line the CLI writes, and every input entry (a document or a bad line) must be there exactly once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import ray                             # a test dependency: requirements-corpus.txt
+
+from workstation.cli import main as cli_main
+from workstation.corpus import runner
+
+ROOT = Path(__file__).resolve().parents[2]
+NER = {"人物": None, "地理位置": None, "组织机构": None}
+SENTIMENT = {"正向": None, "负向": None}
+TEXTS = ["北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "张三在北京见到了李四", "今天天气很好"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    started = runner.connect(None, num_cpus=2)
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+def jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+                    "utf-8")
+    return path
+
+
+def documents(n: int, prefix: str) -> list[dict]:
+    """Classification lines (the tiny model gives them spans) between NER lines (mostly empty outputs)."""
+    return [{"id": f"{prefix}{i}", "text": f"[CLASSIFY]{TEXTS[i % 3]}{i}", "schema": SENTIMENT} if i % 2 else
+            {"id": f"{prefix}{i}", "text": TEXTS[i % 3][: 4 + i % 9], "schema": NER} for i in range(n)]
+
+
+def mixed_inputs(folder: Path) -> list[Path]:
+    folder.mkdir()
+    bad = ['{"id": "x", "text": ', {"id": "no-text", "schema": NER}, {"id": "empty-schema", "text": "x", "schema": {}}]
+    files = [jsonl(folder / "a.jsonl", documents(5, "a")[:3] + bad[:1] + documents(5, "a")[3:] + bad[1:])]
+    (folder / "b.csv").write_text("id,text\nc1,张三在北京\nc2,[CLASSIFY]很好看\n", "utf-8")
+    (folder / "c.txt").write_text("李四去上海\n\n[CLASSIFY]不好看\n", "utf-8")
+    table = pa.Table.from_pylist([{"id": d["id"], "text": d["text"], "schema": json.dumps(d["schema"])}
+                                  for d in documents(4, "p")])
+    pq.write_table(table, folder / "d.parquet")
+    (folder / "e.jsonl").write_text("", "utf-8")                 # an empty shard completes too
+    (folder / "f.txt").write_bytes(b"ok\n\xff\xfe broken\n")       # not UTF-8: one error row for the file
+    return sorted(folder.iterdir())
+
+
+def cli_lines(tmp_path: Path, weights: Path, inp: Path, schema=None) -> list[str]:
+    out = tmp_path / f"cli-{inp.name}.jsonl"
+    args = ["extract", "--model", "rexuninlu", "--weights", str(weights), "--input", str(inp), "--output", str(out),
+            "--device", "cpu", "--batch-size", "3", "--skip-invalid", "--no-record"]
+    assert cli_main(args + (["--schema", json.dumps(schema)] if schema else [])) == 0
+    return out.read_text("utf-8").splitlines()
+
+
+def part_rows(out: Path) -> dict[str, list[dict]]:
+    """Rows of every part, by input path; parquet and jsonl parts read alike."""
+    rows: dict[str, list[dict]] = {}
+    for part in sorted(out.glob("part-*")):
+        got = pq.read_table(part).to_pylist() if part.suffix == ".parquet" else \
+            [json.loads(line) for line in part.read_text("utf-8").splitlines()]
+        assert len({r["shard"] for r in got}) <= 1
+        for r in got:
+            rows.setdefault(r["shard"], []).append(r)
+    return rows
+
+
+def assert_matches_cli(rows: list[dict], expected: list[str]) -> None:
+    """The good rows are the CLI's lines, in order; the others say why they failed."""
+    good = [r for r in rows if r["error"] is None]
+    assert [r["output"] for r in good] == expected
+    assert [r["id"] for r in good] == [json.loads(line)["id"] for line in expected]
+    assert [r["line"] for r in rows] == sorted(r["line"] for r in rows)
+
+
+def test_outputs_equal_extract_bad_lines_are_error_rows_and_the_job_is_in_the_store(
+        local_ray, tmp_path, rex_tiny, store):
+    files = mixed_inputs(tmp_path / "in")
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*"), tmp_path / "out", batch_size=3,
+                           schema=NER, store=store.path, progress=False, rows_per_call=4)
+    manifest = runner.run(job)
+
+    rows = part_rows(tmp_path / "out")
+    by_name = {Path(path).name: got for path, got in rows.items()}
+    for f in files[:-2]:
+        assert_matches_cli(by_name[f.name], cli_lines(tmp_path, rex_tiny, f, NER))
+    assert any(json.loads(r["output"])["output"] for r in by_name["a.jsonl"] if r["output"])   # not all empty
+    errors = {r["line"]: r["error"] for r in by_name["a.jsonl"] if r["error"]}
+    assert list(errors) == [4, 7, 8] and "malformed JSON" in errors[4] and 'missing "text"' in errors[7] \
+        and "schema is empty" in errors[8]
+    assert "e.jsonl" not in by_name                                     # an empty input: an empty part
+    assert [(r["id"], r["line"]) for r in by_name["f.txt"]] == [(None, 0)] and "not UTF-8" in by_name["f.txt"][0]["error"]
+    assert manifest["counts"] == {"shards": 6, "shards_done": 6, "documents": 8 + 2 + 3 + 4 + 1, "errors": 4}
+    assert json.loads((tmp_path / "out" / "_manifest.json").read_text("utf-8"))["status"] == "done"
+    assert not list((tmp_path / "out" / "_staging").glob("shard=*"))
+
+    job_status = store.get_job(manifest["store_job"])
+    assert (job_status.status, job_status.done, job_status.total) == ("done", 18, 18)
+    assert job_status.corpus_output == str((tmp_path / "out").resolve())
+    again = runner.run(job)                                             # nothing left to do: no Ray job at all
+    assert again["timings"]["runs"] == manifest["timings"]["runs"] and part_rows(tmp_path / "out") == rows
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_every_document_is_written_once(local_ray, tmp_path, rex_tiny):
+    (tmp_path / "in").mkdir()
+    files = [jsonl(tmp_path / "in" / f"s{i}.jsonl", documents(30, f"s{i}-")) for i in range(2)]
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*.jsonl"), tmp_path / "out",
+                           batch_size=2, progress=False, rows_per_call=2, format="jsonl")
+    killed = []
+
+    def kill_the_worker_after_its_first_batch():
+        """The job's progress tally names each worker host:pid; SIGKILL the first that has done a batch."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for name in ray.util.list_named_actors():
+                if name.startswith(runner.TALLY_PREFIX):
+                    workers = ray.get(ray.get_actor(name).snapshot.remote())["workers"]
+                    busy = [w for w, counts in workers.items() if counts["documents"]]
+                    if busy:
+                        pid = int(busy[0].rsplit(":", 1)[1])
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append((pid, workers[busy[0]]["documents"]))
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_the_worker_after_its_first_batch, daemon=True)
+    killer.start()
+    manifest = runner.run(job)
+    killer.join()
+
+    assert killed and killed[0][1] < 60, f"no worker was killed mid-run: {killed}"
+    assert len(manifest["timings"]["runs"][-1]["workers"]) == 2      # the killed worker and its replacement
+    rows = part_rows(tmp_path / "out")
+    for f in files:
+        assert_matches_cli(rows[str(f.resolve())], cli_lines(tmp_path, rex_tiny, f))
+    assert manifest["counts"]["documents"] == 60 and manifest["counts"]["errors"] == 0
+
+
+INTERRUPTED_RUN = """
+import sys
+from pathlib import Path
+from workstation.corpus import runner
+try:
+    runner.run(runner.CorpusJob("rexuninlu", Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]), address=sys.argv[4],
+                                batch_size=2, rows_per_call=2, progress=False))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_a_rerun_after_an_interruption_skips_finished_work_and_writes_each_document_once(
+        local_ray, tmp_path, rex_tiny):
+    (tmp_path / "in").mkdir()
+    files = [jsonl(tmp_path / "in" / f"s{i}.jsonl", documents(20, f"s{i}-")) for i in range(3)]
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_RUN, str(rex_tiny), str(tmp_path / "in" / "*.jsonl"),
+                              str(out), local_ray], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and child.poll() is None and not list((out / "_staging").rglob("*.parquet")):
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)                     # Ctrl-C once the first results are staged
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == 130, err[-3000:]
+    first = json.loads((out / "_manifest.json").read_text("utf-8"))
+    assert first["status"] == "interrupted"
+    staged_before = sum(pq.read_metadata(f).num_rows for f in (out / "_staging").rglob("*.parquet"))
+    assert 0 < staged_before + first["counts"]["documents"] < 60, "the interruption did not land mid-run"
+
+    manifest = runner.run(runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*.jsonl"), out,
+                                           batch_size=2, progress=False, rows_per_call=8))
+    rerun = manifest["timings"]["runs"][-1]
+    assert rerun["status"] == "done" and rerun["documents"] <= 60 - staged_before
+    rows = part_rows(out)
+    for f in files:
+        assert_matches_cli(rows[str(f.resolve())], cli_lines(tmp_path, rex_tiny, f))
+    assert manifest["counts"]["documents"] == 60
+
+
+def test_a_changed_configuration_is_refused_rather_than_mixed(tmp_path, rex_tiny):
+    from workstation.domain import InputError
+    jsonl(tmp_path / "a.jsonl", documents(2, "a"))
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "a.jsonl"), tmp_path / "out", progress=False)
+    out = runner.OutputDir(job.output)
+    out.write_manifest(runner.reconcile(out, job, runner.plan_shards(job.input, job.output)))
+    job.schema = NER
+    with pytest.raises(InputError, match="another schema"):
+        runner.run(job)
