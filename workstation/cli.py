@@ -201,7 +201,7 @@ def corpus(args) -> int:
         address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
         batch_size=args.batch_size or ms.batch_size, optimizations=optimization_names(args.optimizations, s),
         dtype=args.dtype, configured_dtype=ms.dtype, format=args.format, schema=parse_schema_arg(args.schema),
-        options=options, store=None if args.no_record else s.path(s.database), progress=sys.stderr.isatty())
+        options=options, store=None if args.no_record else s.path(s.database))
     manifest = runner.run(job)
     c = manifest["counts"]
     print(f"{c['documents']} documents ({c['errors']} errors) in {c['shards_done']}/{c['shards']} shards; "

@@ -67,3 +67,23 @@ def test_parquet_input_reads_like_jsonl_and_a_bad_row_is_named(tmp_path):
     assert [(d.id, d.schema, d.line) for d in docs] == [("a", NER, 1)]
     assert [str(e) for e in errors] == ["line 2: column 'schema': malformed JSON (Expecting property name enclosed "
                                         "in double quotes at column 2)"]
+
+
+def test_a_seqgpt_worker_writes_the_lines_extract_writes(tmp_path):
+    """Labels and the generation options travel through the rows; the output is the CLI's line, `raw` included."""
+    from plugins.seqgpt.family import SeqGPT
+    from workstation.cli import main as cli_main
+    weights = SeqGPT().write_demo_weights(tmp_path / "seqgpt-tiny", "tiny")
+    lines = [{"id": "a", "text": "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "task": "ext", "labels": ["人物", "地理位置"]},
+             {"id": "b", "text": "I want my checking balance.", "task": "cls", "labels": ["CheckBalance", "Transfer"]}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), "utf-8")
+    assert cli_main(["extract", "--model", "seqgpt", "--weights", str(weights), "--input", str(tmp_path / "in.jsonl"),
+                     "--output", str(tmp_path / "cli.jsonl"), "--device", "cpu", "--max-new-tokens", "4",
+                     "--no-record"]) == 0
+    rows = parse_shards(files((str(tmp_path / "in.jsonl"), (tmp_path / "in.jsonl").read_bytes())),
+                        {str(tmp_path / "in.jsonl"): "A"}, None, done={})
+    job = {"model": "seqgpt", "weights": str(weights), "device": "cpu", "optimizations": [], "dtype": None,
+           "configured_dtype": "fp32", "batch_size": 2, "options": {"max_new_tokens": 4}}
+    out = ExtractionWorker(job)(rows).to_pylist()
+    assert [r["output"] for r in out] == (tmp_path / "cli.jsonl").read_text("utf-8").splitlines()
+    assert all("raw" in json.loads(r["output"]) for r in out)

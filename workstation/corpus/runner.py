@@ -214,8 +214,12 @@ def connect(address: str | None, **init_args) -> bool:
     else:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         env = {"env_vars": {"PYTHONPATH": path}}
-    ray.init(address=address, runtime_env=env, include_dashboard=False, logging_level=logging.WARNING,
-             **init_args)
+    try:
+        ray.init(address=address, runtime_env=env, include_dashboard=False, logging_level=logging.WARNING,
+                 **init_args)
+    except ConnectionError as e:
+        raise InputError(f"no Ray cluster could be reached at --address {address} ({e}); start one with "
+                         "`ray start --head`, or leave --address out for a local runtime") from None
     return True
 
 
@@ -235,6 +239,7 @@ def workers_and_gpus(job: CorpusJob) -> tuple[int, float, float]:
 def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard],
             done_lines: dict[str, list[int]]) -> None:
     started_here = connect(job.address)
+    ray.data.DataContext.get_current().enable_progress_bars = False     # ours counts documents, not blocks
     store = Progress.open(job, manifest)
     out.write_manifest(manifest)
     started, run_entry = time.perf_counter(), {"started_at": now(), "address": job.address or "local",
@@ -285,6 +290,10 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
         out.write_manifest(manifest)
         store.end(manifest, run_entry, watcher)
         watcher.summary(run_entry)
+        try:
+            ray.kill(tally)
+        except Exception:                             # noqa: BLE001 - the cluster may be gone already
+            pass
         if started_here:
             ray.shutdown()
 
@@ -323,7 +332,9 @@ class Watcher:
         self.bar = None
         if show:
             from tqdm import tqdm
-            self.bar = tqdm(total=None, unit="doc", desc="documents", file=sys.stderr, dynamic_ncols=True)
+            # On a terminal a live bar; into a log file a line every half minute.
+            self.bar = tqdm(total=None, unit="doc", desc="documents", file=sys.stderr, dynamic_ncols=True,
+                            mininterval=0.5 if sys.stderr.isatty() else 30.0)
 
     def start(self) -> None:
         self._thread.start()
@@ -351,7 +362,7 @@ class Watcher:
         return done, total
 
     def _loop(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(0.5):
             self._poll()
 
     def _poll(self) -> None:
@@ -363,11 +374,10 @@ class Watcher:
         rates = [w["documents"] / w["busy_seconds"] for w in self.last["workers"].values() if w["busy_seconds"]]
         if self.bar is not None:
             self.bar.total = total
-            self.bar.n = min(done, total) if total is not None else done
             if rates:
                 self.bar.set_postfix_str(f"{len(rates)} worker(s), {min(rates):.1f}–{max(rates):.1f} docs/s each",
                                          refresh=False)
-            self.bar.refresh()
+            self.bar.update(max(0, (min(done, total) if total is not None else done) - self.bar.n))
         elapsed = time.perf_counter() - self.started
         if self.store.update(total if total is not None else done, done, elapsed,
                              self.processed() / elapsed if elapsed else None) == "cancelled" and not self.cancelled:
@@ -410,7 +420,7 @@ class Progress:
         return cls(store, job_id, owner)
 
     def update(self, total: int, done: int, seconds: float, rate: float | None) -> str | None:
-        if self.store is None or time.perf_counter() - self._last < 2.0:
+        if self.store is None or time.perf_counter() - self._last < 1.0:
             return None
         self._last = time.perf_counter()
         try:
