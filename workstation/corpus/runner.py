@@ -230,6 +230,9 @@ def workers_and_gpus(job: CorpusJob) -> tuple[int, float, float]:
     per = job.gpus_per_worker if job.gpus_per_worker is not None else (1.0 if gpus else 0.0)
     if per > 0:
         workers = job.workers or max(1, int(gpus // per))
+        if workers * per > gpus:
+            print(f"note: {workers} workers × {per:g} GPU need more than the {gpus:g} GPU(s) the cluster has now; "
+                  "the job waits until an autoscaler adds them", file=sys.stderr)
         return workers, per, 1.0
     workers = job.workers or 1
     # CPU workers share the CPUs, keeping one for reading and writing.
