@@ -63,7 +63,7 @@ def mixed_inputs(folder: Path) -> list[Path]:
 def cli_lines(tmp_path: Path, weights: Path, inp: Path, schema=None) -> list[str]:
     out = tmp_path / f"cli-{inp.name}.jsonl"
     args = ["extract", "--model", "rexuninlu", "--weights", str(weights), "--input", str(inp), "--output", str(out),
-            "--device", "cpu", "--batch-size", "3", "--skip-invalid", "--no-record"]
+            "--device", "cpu", "--batch-size", "3", "--skip-invalid", "--no-record", "--optimizations", "none"]
     assert cli_main(args + (["--schema", json.dumps(schema)] if schema else [])) == 0
     return out.read_text("utf-8").splitlines()
 
@@ -89,11 +89,17 @@ def assert_matches_cli(rows: list[dict], expected: list[str]) -> None:
 
 
 def test_outputs_equal_extract_bad_lines_are_error_rows_and_the_job_is_in_the_store(
-        local_ray, tmp_path, rex_tiny, store):
+        local_ray, tmp_path, rex_tiny, monkeypatch):
+    from storage import open_store
+    from workstation import settings
+    (tmp_path / "settings.toml").write_text(f'[storage]\ndatabase = "{tmp_path / "runs.db"}"\n', "utf-8")
+    monkeypatch.setattr(settings, "DEFAULT_PATH", tmp_path / "settings.toml")
     files = mixed_inputs(tmp_path / "in")
-    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*"), tmp_path / "out", batch_size=3,
-                           schema=NER, store=store.path, progress=False, rows_per_call=4)
-    manifest = runner.run(job)
+    assert cli_main(["corpus", "--model", "rexuninlu", "--weights", str(rex_tiny), "--input", str(tmp_path / "in" / "*"),
+                     "--output", str(tmp_path / "out"), "--schema", json.dumps(NER), "--batch-size", "3",
+                     "--optimizations", "none"]) == 0
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text("utf-8"))
+    store = open_store(tmp_path / "runs.db")
 
     rows = part_rows(tmp_path / "out")
     by_name = {Path(path).name: got for path, got in rows.items()}
@@ -106,13 +112,15 @@ def test_outputs_equal_extract_bad_lines_are_error_rows_and_the_job_is_in_the_st
     assert "e.jsonl" not in by_name                                     # an empty input: an empty part
     assert [(r["id"], r["line"]) for r in by_name["f.txt"]] == [(None, 0)] and "not UTF-8" in by_name["f.txt"][0]["error"]
     assert manifest["counts"] == {"shards": 6, "shards_done": 6, "documents": 8 + 2 + 3 + 4 + 1, "errors": 4}
-    assert json.loads((tmp_path / "out" / "_manifest.json").read_text("utf-8"))["status"] == "done"
+    assert manifest["status"] == "done"
     assert not list((tmp_path / "out" / "_staging").glob("shard=*"))
 
     job_status = store.get_job(manifest["store_job"])
     assert (job_status.status, job_status.done, job_status.total) == ("done", 18, 18)
     assert job_status.corpus_output == str((tmp_path / "out").resolve())
-    again = runner.run(job)                                             # nothing left to do: no Ray job at all
+    store.close()
+    again = runner.run(runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*"), tmp_path / "out",
+                                        schema=NER, progress=False))   # nothing left to do: no Ray job at all
     assert again["timings"]["runs"] == manifest["timings"]["runs"] and part_rows(tmp_path / "out") == rows
 
 
