@@ -42,7 +42,7 @@ def parse_shards(batch: dict[str, Any], keys: dict[str, str], default: Any, done
         for entry in entries:
             entry["total"] = len(entries)
         if report is not None:
-            report("parsed", key, len(entries))
+            report("parsed", key, sum(1 for e in entries if e["line"] != EMPTY))
         skip = set(done.get(key, ()))
         rows.extend(sorted((e for e in entries if e["line"] not in skip), key=lambda e: e["line"]))
     return pa.Table.from_pylist(rows, schema=DOCUMENT_SCHEMA)
