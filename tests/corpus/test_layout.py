@@ -55,6 +55,8 @@ def test_shards_are_the_matching_input_files_outside_the_output(tmp_path):
     shards = plan_shards(str(tmp_path / "in" / "**" / "*.*"), tmp_path / "in" / "out")
     assert [s.path.rsplit("/", 1)[1] for s in shards] == ["a.txt", "b.jsonl", "c.parquet"]
     assert len({s.key for s in shards}) == 3
+    (tmp_path / "in" / "link.jsonl").symlink_to(tmp_path / "in" / "b.jsonl")
+    assert len(plan_shards(str(tmp_path / "in" / "*.jsonl"), tmp_path / "out")) == 1
     (tmp_path / "in" / "notes.docx").write_text("x")
     with pytest.raises(InputError, match="not an input format.*notes.docx"):
         plan_shards(str(tmp_path / "in" / "*"), tmp_path / "out")

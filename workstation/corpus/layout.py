@@ -83,7 +83,11 @@ def plan_shards(pattern: str, output: Path) -> list[Shard]:
     if unknown:
         raise InputError(f"not an input format: {', '.join(unknown[:5])}{' …' if len(unknown) > 5 else ''} "
                          f"(inputs are {', '.join(SUFFIXES)}; narrow the --input glob)")
-    return [Shard.of(p) for p in files]
+    shards = {}
+    for p in files:                                  # two paths to one file (a symlink) are one shard
+        shard = Shard.of(p)
+        shards.setdefault(shard.key, shard)
+    return list(shards.values())
 
 
 def now() -> str:
