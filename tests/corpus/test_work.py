@@ -18,16 +18,18 @@ def files(*named: tuple[str, bytes]) -> dict:
 
 def test_parsing_keeps_line_numbers_reports_bad_lines_and_skips_lines_already_done(tmp_path):
     a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.csv")
-    jsonl = "\n".join([json.dumps({"id": "x", "text": "张三"}), "{bad", "", json.dumps({"text": "李四"})]) + "\n"
+    jsonl = "\n".join([json.dumps({"id": "x", "text": "张三"}), "{bad", "", json.dumps({"text": "李四"}),
+                       json.dumps({"text": 5})]) + "\n"
     reported = []
     table = parse_shards(files((a, jsonl.encode()), (b, b"title\nno text column\n")), {a: "A", b: "B"}, NER,
                          done={"A": [1]}, report=lambda *args: reported.append(args))
     rows = table.to_pylist()
     assert [(r["shard"], r["line"], r["id"], r["total"]) for r in rows] == [
-        ("A", 2, None, 3), ("A", 4, "4", 3), ("B", 0, None, 1)]
-    assert "line 2: malformed JSON" in rows[0]["error"] and "no 'text' column" in rows[2]["error"]
+        ("A", 2, None, 4), ("A", 4, "4", 4), ("A", 5, None, 4), ("B", 0, None, 1)]
+    assert "line 2: malformed JSON" in rows[0]["error"] and "no 'text' column" in rows[3]["error"]
+    assert rows[2]["error"] == 'line 5: "text" must be a string, got int'
     assert json.loads(rows[1]["schema"]) == NER and rows[1]["error"] is None
-    assert reported == [("parsed", "A", 3), ("parsed", "B", 1)]
+    assert reported == [("parsed", "A", 4), ("parsed", "B", 1)]
 
 
 class Exploding(ExtractionWorker):

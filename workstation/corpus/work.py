@@ -53,6 +53,11 @@ def _local(path: str) -> str:
 
 
 def _document_row(key: str, d: Document) -> dict:
+    for name in ("text", "task"):                  # the model's checks come later; Arrow needs strings now
+        value = getattr(d, name)
+        if value is not None and not isinstance(value, str):
+            return _error_row(key, d.line, str(InputError(f"\"{name}\" must be a string, got {type(value).__name__}",
+                                                          d.line)))
     return {"shard": key, "line": d.line, "id": d.id, "text": d.text,
             "schema": None if d.schema is None else json.dumps(d.schema, ensure_ascii=False),
             "task": d.task, "labels": None if d.labels is None else json.dumps(d.labels, ensure_ascii=False),
