@@ -4,6 +4,7 @@
   python3 launcher.py                 start the workstation UI (http://127.0.0.1:8501)
   python3 launcher.py test            install test dependencies (and Label Studio, in its own venv), run the tests
   python3 launcher.py extract ...     the command line (see --help)
+  python3 launcher.py corpus ...      extraction over many files on Ray (installs Ray on first use)
 """
 import hashlib
 import os
@@ -79,6 +80,7 @@ def bootstrap(with_tests: bool) -> None:
     if with_tests:
         install(ROOT / "requirements-dev.txt")
         install_label_studio()
+        install(ROOT / "requirements-corpus.txt")       # the corpus tests run Ray too
 
 
 def main() -> int:
@@ -86,6 +88,8 @@ def main() -> int:
     if not inside_venv():
         bootstrap(with_tests=bool(args) and args[0] == "test")
         os.execv(str(PYTHON), [str(PYTHON), str(Path(__file__).resolve()), *args])
+    if args[:1] == ["corpus"]:
+        install(ROOT / "requirements-corpus.txt")       # Ray: an optional dependency, on first use only
     sys.path.insert(0, str(ROOT))
     from workstation.cli import main as cli_main
     return cli_main(args)

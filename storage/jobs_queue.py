@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select, update
 
 from storage.models import DocumentRecord, JobItemRecord, JobRecord, RunRecord, utcnow
 from storage.records import document_from_json, document_record, document_to_json, job_status, run_header
-from storage.views import UNFINISHED, JobStatus, NotFound
+from storage.views import CORPUS_OUTPUT, UNFINISHED, JobStatus, NotFound
 from workstation.domain import Document, Result
 
 OwnerIsDead = Callable[[str | None, datetime | None], bool]
@@ -76,8 +76,8 @@ class JobQueue:
         """Put a cancelled or failed job back in the queue; the documents already done stay done."""
         with self._write() as s:
             job = _job(s, job_id)
-            if job.status not in ("cancelled", "failed"):
-                return False
+            if job.status not in ("cancelled", "failed") or CORPUS_OUTPUT in (job.options or {}):
+                return False                     # a corpus job resumes by running its command again
             _release(s, job_id)
             job.status, job.error, job.owner, job.finished_at, job.updated_at = "queued", None, None, None, utcnow()
             return True
@@ -250,6 +250,51 @@ class JobQueue:
             items = s.scalars(select(JobItemRecord).where(JobItemRecord.id.in_(ids)).order_by(JobItemRecord.position))
             s.add_all([document_record(run_id, it.position, document_from_json(it.doc), Result.from_json(it.result))
                        for it in items])
+            return True
+
+    # ---- corpus jobs: counts only; the results stay in the job's output directory --------------------
+
+    def begin_corpus_job(self, job_id: int | None, source_name: str, output: str, model: str, weights: str, *,
+                         owner: str, device: str, dtype: str, batch_size: int, optimizations: Sequence[str],
+                         options: dict) -> int:
+        """Mark a corpus job running under `owner`: the job of an earlier run of the same output directory
+        (`job_id`, when it is still in the database), else a new one. Returns its id."""
+        now = utcnow()
+        with self._write() as s:
+            job = s.get(JobRecord, job_id) if job_id is not None else None
+            if job is None or (job.options or {}).get(CORPUS_OUTPUT) != output:
+                job = JobRecord(created_at=now, source_name=source_name, model=model, weights=str(weights),
+                                device=device, dtype=dtype, batch_size=int(batch_size), optimizations=list(optimizations),
+                                options={**options, CORPUS_OUTPUT: output}, total=0, done=0, wall_seconds=0.0, tokens=0)
+                s.add(job)
+            job.status, job.owner, job.error, job.finished_at = "running", owner, None, None
+            job.heartbeat_at = job.updated_at = now
+            job.started_at = job.started_at or now
+            s.flush()
+            return job.id
+
+    def corpus_progress(self, job_id: int, owner: str, *, total: int, done: int, wall_seconds: float,
+                        docs_per_second: float | None) -> str:
+        """Record a corpus job's counts; returns its status, so the runner sees a cancel from the Batch page."""
+        now = utcnow()
+        with self._write() as s:
+            job = _job(s, job_id)
+            if job.status == "running" and job.owner == owner:
+                job.total, job.done, job.wall_seconds = int(total), int(done), float(wall_seconds)
+                job.docs_per_second = docs_per_second
+                job.heartbeat_at = job.updated_at = now
+            return job.status
+
+    def end_corpus_job(self, job_id: int, owner: str, status: str, error: str | None = None) -> bool:
+        """done | cancelled | failed, with the reason a person needs (how to resume)."""
+        now = utcnow()
+        with self._write() as s:
+            job = _job(s, job_id)
+            if job.owner != owner or job.status in ("done", "failed"):
+                return False
+            if job.status != "cancelled" or status == "done":
+                job.status = status
+            job.error, job.finished_at, job.updated_at = error, now, now
             return True
 
 

@@ -120,6 +120,7 @@ class RunComparison:
 
 JOB_STATUSES = ("queued", "running", "cancelled", "done", "failed")
 UNFINISHED = ("queued", "running")
+CORPUS_OUTPUT = "corpus_output"          # the options key that marks a corpus job
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,12 @@ class JobStatus:
     @property
     def finished(self) -> bool:
         return self.status not in UNFINISHED
+
+    @property
+    def corpus_output(self) -> str | None:
+        """A corpus job (`launcher.py corpus`): the directory its results go to. Such a job has no items;
+        the corpus command runs and resumes it, never the JobRunner."""
+        return self.options.get(CORPUS_OUTPUT)
 
 
 @dataclass(frozen=True)

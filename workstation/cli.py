@@ -45,6 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="apply per-type confidence thresholds: 'saved' = those tuned for these weights (UI, "
                         "Thresholds page), or a JSON file {type: threshold}; the run records them")
 
+    c = sub.add_parser("corpus", help="extract over many files on Ray (a local runtime or a cluster); resumable")
+    c.add_argument("--model", required=True)
+    c.add_argument("--weights", help="checkpoint directory, readable on every node (default: settings.toml)")
+    c.add_argument("--input", required=True, help="a file or a glob of .jsonl/.csv/.txt/.parquet files (quote it)")
+    c.add_argument("--output", required=True, type=Path, help="directory: part-*.parquet|jsonl and _manifest.json")
+    c.add_argument("--address", default=None, help="auto | ray://HOST:PORT (default: start a local Ray runtime)")
+    c.add_argument("--workers", type=int, default=None, help="model replicas (default: one per GPU, else one)")
+    c.add_argument("--gpus-per-worker", type=float, default=None, help="fractions share a GPU (default: 1)")
+    c.add_argument("--format", default="parquet", choices=["parquet", "jsonl"])
+    c.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16"])
+    c.add_argument("--batch-size", type=int, default=None)
+    c.add_argument("--optimizations", default=None, help="comma-separated names, or 'none' for fp32 eager")
+    c.add_argument("--schema", default=None, help="JSON or a JSON file: the default for lines without one")
+    c.add_argument("--max-new-tokens", type=int, default=None)
+    c.add_argument("--num-beams", type=int, default=None)
+    c.add_argument("--repetition-penalty", type=float, default=None)
+    c.add_argument("--no-record", action="store_true", help="do not show the job in the workstation's Batch page")
+
     d = sub.add_parser("demo-weights", help="write random-weight demo checkpoints of the real architectures")
     d.add_argument("--model", default=None, help="one model (default: all)")
     d.add_argument("--size", default="all", choices=["full", "tiny", "all"])
@@ -88,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             check_exposure(args.host or s.api.host, s.api.token)      # before anything is written or loaded
             ensure_demo_weights(s)
             return serve(s, args.host, args.port)
+        if command == "corpus":
+            return corpus(args)
         if command == "demo-weights":
             return demo_weights(args)
         if command == "bench":
@@ -151,14 +171,8 @@ def extract(args) -> int:
 
     weights = Path(args.weights) if args.weights else s.weights_for(args.model)[0]
     device = engine.resolve_device(args.device or ms.device)
-    model = engine.load_model(args.model, weights, device, "fp32")
-    names = s.optimizations if args.optimizations is None else \
-        [n.strip() for n in args.optimizations.split(",") if n.strip() and n.strip() != "none"]
-    active = engine.apply_optimizations(model, names)
-    # An explicit --dtype wins; the settings' dtype applies only where no optimization chose one.
-    dtype = args.dtype or (ms.dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
-    if dtype != model.knobs.dtype:
-        model.set_dtype(dtype)
+    model, active = engine.load_for_run(args.model, weights, device, optimization_names(args.optimizations, s),
+                                        args.dtype, ms.dtype)
     thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
@@ -238,6 +252,39 @@ class ReadingCount:
         self.documents += 1
         self.reported += missed is not None
         self.cut += bool(missed)
+
+
+def corpus(args) -> int:
+    try:
+        from workstation.corpus import runner
+    except ImportError as e:
+        raise InputError(f"the corpus command needs Ray ({e}); run it as `python3 launcher.py corpus ...`, "
+                         "which installs requirements-corpus.txt") from None
+    from workstation.inputs import parse_schema_arg
+    s = load_settings()
+    ms = s.model(args.model)
+    options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
+                                 ("repetition_penalty", args.repetition_penalty)) if v is not None}
+    job = runner.CorpusJob(
+        args.model, Path(args.weights) if args.weights else s.weights_for(args.model)[0], args.input, args.output,
+        address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+        batch_size=args.batch_size or ms.batch_size, optimizations=optimization_names(args.optimizations, s),
+        dtype=args.dtype, configured_dtype=ms.dtype, format=args.format, schema=parse_schema_arg(args.schema),
+        options=options, store=None if args.no_record else s.path(s.database))
+    manifest = runner.run(job)
+    c = manifest["counts"]
+    print(f"{c['documents']} documents ({c['errors']} errors) in {c['shards_done']}/{c['shards']} shards; "
+          f"output: {args.output}", file=sys.stderr)
+    if manifest["job"]["demo"]:
+        print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
+    return 0
+
+
+def optimization_names(value: str | None, settings) -> list[str]:
+    """--optimizations a,b (or 'none'); without it, the settings' list."""
+    if value is None:
+        return list(settings.optimizations)
+    return [n.strip() for n in value.split(",") if n.strip() and n.strip() != "none"]
 
 
 def finetune(argv: list[str]) -> int:

@@ -72,6 +72,18 @@ def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, s
     return active
 
 
+def load_for_run(name: str, weights: Path, device: str, optimizations: Sequence[str], dtype: str | None = None,
+                 configured_dtype: str = "fp32") -> tuple[LoadedModel, dict[str, str]]:
+    """Load a model, switch the named optimizations on, settle the dtype: what `extract` and the corpus
+    workers both do. An explicit dtype wins; the configured one applies only where no optimization chose one."""
+    model = load_model(name, weights, device, "fp32")
+    active = apply_optimizations(model, optimizations)
+    chosen = dtype or (configured_dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
+    if chosen != model.knobs.dtype:
+        model.set_dtype(chosen)
+    return model, active
+
+
 @dataclass
 class RunReport:
     model: str

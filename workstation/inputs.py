@@ -1,14 +1,16 @@
-"""Input files -> Documents. JSONL (one object a line), TXT (one text a line), CSV (a `text` column).
+"""Input files -> Documents. JSONL (one object a line), TXT (one text a line), CSV (a `text` column),
+Parquet (one document a row, the JSONL keys as columns).
 
 Every problem names the line it is on, so a person can fix the file.
 """
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from workstation.domain import Document, InputError
 
@@ -111,6 +113,9 @@ def _with_default(doc: Document, default: Any) -> Document:
     return doc
 
 
+SUFFIXES = (".jsonl", ".json", ".csv", ".txt", ".parquet")
+
+
 def require_file(path: Path, what: str = "input file", name: str = "") -> None:
     """A path that is a readable file; a folder or a missing path is named as what it is."""
     if path.is_dir():
@@ -125,8 +130,15 @@ def read_documents(path: Path, default: Any = None, skip_invalid: bool = False, 
     messages call the file (an upload's own name, not the temporary file it was saved to)."""
     path = Path(path)
     require_file(path, name=name)
-    name = name or str(path)
-    suffix = path.suffix.lower()
+    with open(path, "rb") as f:
+        return parse_documents(f, path.suffix, name or str(path), default, skip_invalid)
+
+
+def parse_documents(stream: BinaryIO, suffix: str, name: str, default: Any = None, skip_invalid: bool = False
+                    ) -> tuple[list[Document], list[InputError]]:
+    """The documents of one input file's bytes (`suffix` says the format, `name` is used in messages).
+    The corpus runner parses shards it was handed as bytes through here, exactly as the CLI reads a file."""
+    suffix = suffix.lower()
     docs: list[Document] = []
     errors: list[InputError] = []
 
@@ -138,30 +150,51 @@ def read_documents(path: Path, default: Any = None, skip_invalid: bool = False, 
                 raise
             errors.append(e)
 
+    if suffix == ".parquet":
+        for n, row in enumerate(_parquet_rows(stream, name), start=1):
+            add(lambda: _document(_decoded(row, n), n, default), n)
+        return docs, errors
     try:
         if suffix == ".csv":
-            with open(path, encoding="utf-8-sig", newline="") as f:
-                reader = csv.DictReader(f)
-                if not reader.fieldnames or "text" not in reader.fieldnames:
-                    raise InputError(f"{name} has no 'text' column (columns: {reader.fieldnames})")
-                for n, row in enumerate(reader, start=2):
-                    add(lambda: _with_default(Document(row.get("id") or str(n - 1), row["text"] or "", line=n),
-                                              default), n)
+            f = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or "text" not in reader.fieldnames:
+                raise InputError(f"{name} has no 'text' column (columns: {reader.fieldnames})")
+            for n, row in enumerate(reader, start=2):
+                add(lambda: _with_default(Document(row.get("id") or str(n - 1), row["text"] or "", line=n),
+                                          default), n)
         elif suffix == ".txt":
-            with open(path, encoding="utf-8") as f:
-                for n, text in enumerate(f, start=1):
-                    if not text.strip():
-                        continue                         # a blank line separates texts; it is not one
-                    add(lambda: _with_default(Document(str(n), text.rstrip("\r\n"), line=n), default), n)
+            for n, text in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
+                if not text.strip():
+                    continue                             # a blank line separates texts; it is not one
+                add(lambda: _with_default(Document(str(n), text.rstrip("\r\n"), line=n), default), n)
         else:                                            # .jsonl / .json lines
-            with open(path, encoding="utf-8") as f:
-                for n, raw in enumerate(f, start=1):
-                    if not raw.strip():
-                        continue
-                    add(lambda raw=raw, n=n: _document(json_line(raw, n), n, default), n)
+            for n, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
+                if not raw.strip():
+                    continue
+                add(lambda raw=raw, n=n: _document(json_line(raw, n), n, default), n)
     except UnicodeDecodeError as e:
         raise InputError(f"{name} is not UTF-8 text ({e.reason} at byte {e.start}); is it a binary file?") from None
     return docs, errors
+
+
+def _parquet_rows(stream: BinaryIO, name: str) -> list[dict[str, Any]]:
+    """Rows of a Parquet file as JSONL-like objects."""
+    import pyarrow.parquet as pq
+    try:
+        return pq.read_table(stream).to_pylist()
+    except Exception as e:              # noqa: BLE001 - pyarrow raises several types for a broken file
+        raise InputError(f"{name} is not a readable Parquet file ({type(e).__name__}: {e})") from None
+
+
+def _decoded(row: dict[str, Any], line: int) -> dict[str, Any]:
+    """Nested values may be stored as JSON text (the easy way to keep a schema dict in a column), so
+    `schema` and `labels` strings are decoded; a null id falls back to the row number, as in JSONL."""
+    row = {k: v for k, v in row.items() if not (k == "id" and v is None)}
+    for key in ("schema", "labels"):
+        if isinstance(row.get(key), str):
+            row[key] = json_line(row[key], line, f"column {key!r}")
+    return row
 
 
 def json_line(raw: str, line: int, source: str = "") -> Any:

@@ -151,6 +151,8 @@ class JobRunner:
         """On app start: queue the jobs left queued, or left running by a process that is gone."""
         resumed = []
         for job in self.store.unfinished_jobs():
+            if job.corpus_output:
+                continue                          # its corpus command runs it (launcher.py corpus)
             if job.status == "queued" or job.owner == self.owner or self._is_dead(job.owner, job.heartbeat_at):
                 self.submit(job.id)
                 resumed.append(job.id)

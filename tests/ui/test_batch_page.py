@@ -171,3 +171,22 @@ def test_a_model_that_cannot_load_starts_nothing_and_keeps_the_upload(app, ui_en
     assert not at.exception
     assert any("Nothing was started" in e.value and "no checkpoint at" in e.value for e in at.error)
     assert state.store().list_jobs() == [] and at.file_uploader(key="batch_upload").value is not None
+
+
+def test_a_corpus_job_shows_its_counts_and_how_to_resume_without_a_resume_button(app):
+    import socket
+    store, owner = state.store(), f"{socket.gethostname()}:999999999:a"     # a process that is gone
+    job_id = store.begin_corpus_job(None, "corpus: shards/*.jsonl", "/data/out_[x](y)", "fakeie", "w", owner=owner,
+                                    device="local", dtype="fp32", batch_size=8, optimizations=[], options={})
+    assert store.corpus_progress(job_id, owner, total=40, done=10, wall_seconds=2.0, docs_per_second=5.0) == "running"
+    assert state.job_runner().resume_unfinished() == []          # its owner is gone, yet no runner takes it
+    at = app.run().switch_page(PAGE).run()
+    assert any("10 / 40 documents" in p.proto.text for p in at.get("progress"))
+    assert any("/data/out\\_\\[x\\]\\(y\\)" in c.value for c in at.caption)     # the path, escaped
+    next(b for b in at.button if b.label == "Cancel").click().run()
+    assert store.corpus_progress(job_id, owner, total=40, done=12, wall_seconds=3.0, docs_per_second=4.0) \
+        == "cancelled"                                                         # the command sees it and stops
+    store.end_corpus_job(job_id, owner, "cancelled", "interrupted: run the same corpus command again to resume")
+    at.run()
+    assert store.get_job(job_id).status == "cancelled" and not any(b.label == "Resume" for b in at.button)
+    assert not store.requeue_job(job_id)

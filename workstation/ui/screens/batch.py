@@ -138,6 +138,9 @@ def job_card(store, job) -> None:
                          f"`{job.status}`")
         rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
         st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s")
+        if job.corpus_output:
+            st.caption(f"Corpus job (`launcher.py corpus`): results in {render.md_text(job.corpus_output)}. "
+                       "Run the same command again to resume it.")
         if not job.finished:
             if cols[1].button("Cancel", key=f"cancel-{job.id}"):
                 state.job_runner().cancel(job.id)
@@ -145,7 +148,8 @@ def job_card(store, job) -> None:
         elif job.status in ("cancelled", "failed"):
             if job.error:
                 st.error(render.md_text(job.error))
-            if cols[1].button("Resume", key=f"resume-{job.id}", help="The documents already done stay done."):
+            if not job.corpus_output and cols[1].button("Resume", key=f"resume-{job.id}",
+                                                        help="The documents already done stay done."):
                 if store.requeue_job(job.id):
                     state.job_runner().submit(job.id)
                 st.rerun(scope="fragment")

@@ -1,0 +1,211 @@
+"""`launcher.py corpus` on a local Ray runtime (2 CPUs, started once for the module) with tiny weights.
+
+Every run is compared with `launcher.py extract` on the same files: the `output` column of each row must be
+the exact line the CLI writes, and every input entry (a document or a bad line) must be there exactly once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import ray                             # a test dependency: requirements-corpus.txt
+
+from workstation.cli import main as cli_main
+from workstation.corpus import runner
+
+NER = {"人物": None, "地理位置": None, "组织机构": None}
+SENTIMENT = {"正向": None, "负向": None}
+TEXTS = ["北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "张三在北京见到了李四", "今天天气很好"]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    started = runner.connect(None, num_cpus=2)
+    yield ray.get_runtime_context().gcs_address
+    if started:
+        ray.shutdown()
+
+
+def jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)) + "\n" for r in rows),
+                    "utf-8")
+    return path
+
+
+def documents(n: int, prefix: str) -> list[dict]:
+    """Classification lines (the tiny model gives them spans) between NER lines (mostly empty outputs)."""
+    return [{"id": f"{prefix}{i}", "text": f"[CLASSIFY]{TEXTS[i % 3]}{i}", "schema": SENTIMENT} if i % 2 else
+            {"id": f"{prefix}{i}", "text": TEXTS[i % 3][: 4 + i % 9], "schema": NER} for i in range(n)]
+
+
+def mixed_inputs(folder: Path) -> list[Path]:
+    folder.mkdir()
+    bad = ['{"id": "x", "text": ', {"id": "no-text", "schema": NER}, {"id": "empty-schema", "text": "x", "schema": {}}]
+    files = [jsonl(folder / "a.jsonl", documents(5, "a")[:3] + bad[:1] + documents(5, "a")[3:] + bad[1:])]
+    (folder / "b.csv").write_text("id,text\nc1,张三在北京\nc2,[CLASSIFY]很好看\n", "utf-8")
+    (folder / "c.txt").write_text("李四去上海\n\n[CLASSIFY]不好看\n", "utf-8")
+    table = pa.Table.from_pylist([{"id": d["id"], "text": d["text"], "schema": json.dumps(d["schema"])}
+                                  for d in documents(4, "p")])
+    pq.write_table(table, folder / "d.parquet")
+    (folder / "e.jsonl").write_text("", "utf-8")                 # an empty shard completes too
+    (folder / "f.txt").write_bytes(b"ok\n\xff\xfe broken\n")       # not UTF-8: one error row for the file
+    return sorted(folder.iterdir())
+
+
+def cli_lines(tmp_path: Path, weights: Path, inp: Path, schema=None) -> list[str]:
+    out = tmp_path / f"cli-{inp.name}.jsonl"
+    args = ["extract", "--model", "rexuninlu", "--weights", str(weights), "--input", str(inp), "--output", str(out),
+            "--device", "cpu", "--batch-size", "3", "--skip-invalid", "--no-record", "--optimizations", "none"]
+    assert cli_main(args + (["--schema", json.dumps(schema)] if schema else [])) == 0
+    return out.read_text("utf-8").splitlines()
+
+
+def part_rows(out: Path) -> dict[str, list[dict]]:
+    """Rows of every part, by input path; parquet and jsonl parts read alike."""
+    rows: dict[str, list[dict]] = {}
+    for part in sorted(out.glob("part-*")):
+        got = pq.read_table(part).to_pylist() if part.suffix == ".parquet" else \
+            [json.loads(line) for line in part.read_text("utf-8").splitlines()]
+        assert len({r["shard"] for r in got}) <= 1
+        for r in got:
+            rows.setdefault(r["shard"], []).append(r)
+    return rows
+
+
+def assert_matches_cli(rows: list[dict], expected: list[str]) -> None:
+    """The good rows are the CLI's lines, in order; the others say why they failed."""
+    good = [r for r in rows if r["error"] is None]
+    assert [r["output"] for r in good] == expected
+    assert [r["id"] for r in good] == [json.loads(line)["id"] for line in expected]
+    assert [r["line"] for r in rows] == sorted(r["line"] for r in rows)
+
+
+def test_outputs_equal_extract_bad_lines_are_error_rows_and_the_job_is_in_the_store(
+        local_ray, tmp_path, rex_tiny, monkeypatch):
+    from storage import open_store
+    from workstation import settings
+    (tmp_path / "settings.toml").write_text(f'[storage]\ndatabase = "{tmp_path / "runs.db"}"\n', "utf-8")
+    monkeypatch.setattr(settings, "DEFAULT_PATH", tmp_path / "settings.toml")
+    files = mixed_inputs(tmp_path / "in")
+    assert cli_main(["corpus", "--model", "rexuninlu", "--weights", str(rex_tiny), "--input", str(tmp_path / "in" / "*"),
+                     "--output", str(tmp_path / "out"), "--schema", json.dumps(NER), "--batch-size", "3",
+                     "--optimizations", "none"]) == 0
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text("utf-8"))
+    store = open_store(tmp_path / "runs.db")
+
+    rows = part_rows(tmp_path / "out")
+    by_name = {Path(path).name: got for path, got in rows.items()}
+    for f in files[:-2]:
+        assert_matches_cli(by_name[f.name], cli_lines(tmp_path, rex_tiny, f, NER))
+    assert any(json.loads(r["output"])["output"] for r in by_name["a.jsonl"] if r["output"])   # not all empty
+    errors = {r["line"]: r["error"] for r in by_name["a.jsonl"] if r["error"]}
+    assert list(errors) == [4, 7, 8] and "malformed JSON" in errors[4] and 'missing "text"' in errors[7] \
+        and "schema is empty" in errors[8]
+    assert "e.jsonl" not in by_name                                     # an empty input: an empty part
+    assert [(r["id"], r["line"]) for r in by_name["f.txt"]] == [(None, 0)] and "not UTF-8" in by_name["f.txt"][0]["error"]
+    assert manifest["counts"] == {"shards": 6, "shards_done": 6, "documents": 8 + 2 + 3 + 4 + 1, "errors": 4}
+    assert manifest["status"] == "done"
+    assert not list((tmp_path / "out" / "_staging").glob("shard=*"))
+
+    job_status = store.get_job(manifest["store_job"])
+    assert (job_status.status, job_status.done, job_status.total) == ("done", 18, 18)
+    assert job_status.corpus_output == str((tmp_path / "out").resolve())
+    store.close()
+    again = runner.run(runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*"), tmp_path / "out",
+                                        schema=NER, progress=False))   # nothing left to do: no Ray job at all
+    assert again["timings"]["runs"] == manifest["timings"]["runs"] and part_rows(tmp_path / "out") == rows
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_every_document_is_written_once(local_ray, tmp_path, rex_tiny):
+    (tmp_path / "in").mkdir()
+    files = [jsonl(tmp_path / "in" / f"s{i}.jsonl", documents(12, f"s{i}-")) for i in range(2)]
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*.jsonl"), tmp_path / "out",
+                           batch_size=2, progress=False, rows_per_call=2, format="jsonl")
+    killed, earlier = [], set(ray.util.list_named_actors())
+
+    def kill_the_worker_after_its_first_batch():
+        """The job's progress tally names each worker host:pid; SIGKILL the first that has done a batch."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not killed:
+            for name in ray.util.list_named_actors():
+                if name.startswith(runner.TALLY_PREFIX) and name not in earlier:
+                    workers = ray.get(ray.get_actor(name).snapshot.remote())["workers"]
+                    busy = [w for w, counts in workers.items() if counts["documents"]]
+                    if busy:
+                        pid = int(busy[0].rsplit(":", 1)[1])
+                        os.kill(pid, signal.SIGKILL)
+                        killed.append((pid, workers[busy[0]]["documents"]))
+            time.sleep(0.02)
+
+    killer = threading.Thread(target=kill_the_worker_after_its_first_batch, daemon=True)
+    killer.start()
+    manifest = runner.run(job)
+    killer.join()
+
+    assert killed and killed[0][1] < 24, f"no worker was killed mid-run: {killed}"
+    assert len(manifest["timings"]["runs"][-1]["workers"]) == 2      # the killed worker and its replacement
+    rows = part_rows(tmp_path / "out")
+    for f in files:
+        assert_matches_cli(rows[str(f.resolve())], cli_lines(tmp_path, rex_tiny, f))
+    assert manifest["counts"]["documents"] == 24 and manifest["counts"]["errors"] == 0
+
+
+def test_a_rerun_after_a_cancel_skips_finished_work_and_writes_each_document_once(local_ray, tmp_path, rex_tiny,
+                                                                                 store):
+    """Cancel on the Batch page stops the command as Ctrl-C does (KeyboardInterrupt); the rerun finishes."""
+    (tmp_path / "in").mkdir()
+    files = [jsonl(tmp_path / "in" / f"s{i}.jsonl", [dict(d, text=d["text"] * 8) for d in documents(20, f"s{i}-")])
+             for i in range(3)]
+    out = tmp_path / "out"
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*.jsonl"), out, batch_size=1,
+                           progress=False, rows_per_call=1, store=store.path)
+    cancelled = []
+
+    def cancel_once_results_are_staged():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not cancelled:
+            jobs = store.list_jobs()
+            if jobs and list((out / "_staging").rglob("*.parquet")):
+                cancelled.append(store.cancel_job(jobs[0].id))
+            time.sleep(0.02)
+
+    canceller = threading.Thread(target=cancel_once_results_are_staged, daemon=True)
+    canceller.start()
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(job)
+    canceller.join()
+    first = json.loads((out / "_manifest.json").read_text("utf-8"))
+    assert first["status"] == "cancelled"
+    staged_before = sum(pq.read_metadata(f).num_rows for f in (out / "_staging").rglob("*.parquet"))
+    assert 0 < staged_before + first["counts"]["documents"] < 60, "the cancel did not land mid-run"
+    stopped = store.get_job(first["store_job"])
+    assert stopped.status == "cancelled" and "run the same corpus command again" in stopped.error
+
+    job.rows_per_call, job.batch_size = 8, 4                # how a rerun batches does not change its results
+    manifest = runner.run(job)
+    rerun = manifest["timings"]["runs"][-1]
+    assert rerun["status"] == "done" and rerun["documents"] <= 60 - staged_before
+    rows = part_rows(out)
+    for f in files:
+        assert_matches_cli(rows[str(f.resolve())], cli_lines(tmp_path, rex_tiny, f))
+    assert manifest["counts"]["documents"] == 60
+    assert store.get_job(first["store_job"]).status == "done" and manifest["store_job"] == first["store_job"]
+
+
+def test_a_changed_configuration_is_refused_rather_than_mixed(tmp_path, rex_tiny):
+    from workstation.domain import InputError
+    jsonl(tmp_path / "a.jsonl", documents(2, "a"))
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "a.jsonl"), tmp_path / "out", progress=False)
+    out = runner.OutputDir(job.output)
+    out.write_manifest(runner.reconcile(out, job, runner.plan_shards(job.input, job.output)))
+    job.schema = NER
+    with pytest.raises(InputError, match="another schema"):
+        runner.run(job)
