@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_tests(pytest_args: list[str]) -> int:
-    code = subprocess.call([sys.executable, "-m", "pytest", *(pytest_args or ["tests"])], cwd=ROOT)
+    # Two workers by default (pytest-xdist): the suite starts servers, Ray and a browser, and waits on them.
+    code = subprocess.call([sys.executable, "-m", "pytest", *(pytest_args or ["-n", "2", "tests"])], cwd=ROOT)
     return code if code != 5 else 1          # "no tests collected" is a failure, not a pass
 
 
