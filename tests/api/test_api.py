@@ -13,7 +13,7 @@ from workstation.domain import Document
 NER = {"人物": None, "地理位置": None, "组织机构": None}
 CLS = {"正向": None, "负向": None}
 # The tiny random checkpoint finds little; a [CLASSIFY] text always yields its label span, so outputs are not empty.
-TEXTS = ["北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "[CLASSIFY]很好看", "张三在北京大学读书", "李四去上海", ""]
+TEXTS = ["北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "[CLASSIFY]很好看", "张三在北京大学读书", "李四去上海", "王五"]
 
 
 def schema_for(text):

@@ -135,12 +135,12 @@ def test_an_existing_database_upgrades_to_run_ids_that_are_never_reused(tmp_path
     engine = create_sqlite_engine(path)
     assert migrations.migrate(engine, upto="m003_datasets_and_training_runs")[-1] == "m003_datasets_and_training_runs"
     engine.dispose()
-    old = Store(path, migrate=False)
     docs, results = ner_run()
-    ids = [old.record_run(make_report(results), docs, "ui") for _ in range(3)]
-    old.delete_run(ids[-1])
-    assert old.record_run(make_report(results), docs, "ui") == ids[-1]      # the old schema reused the id
-    old.close()
+    ids = [record_in_older_schema(path, make_report(results), docs, "ui") for _ in range(3)]
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("DELETE FROM runs WHERE id = ?", (ids[-1],))
+    assert record_in_older_schema(path, make_report(results), docs, "ui") == ids[-1]   # the old schema reused it
 
     store = open_store(path)                                                # m004 rebuilds the table
     assert store.schema_version() == ALL

@@ -416,7 +416,7 @@ def test_a_long_text_shows_what_seqgpt_read_and_window_mode_reads_it_all(server,
     go(page, "History")
     page.get_by_text("Only runs with documents the model read partly (cut)").click()
     settle(page)
-    assert "1 run(s) match." in page.get_by_test_id("stMain").inner_text()
+    assert "1 run(s) match, the latest finished first." in page.get_by_test_id("stMain").inner_text()
     page.get_by_text("Documents read only partly (1 in 1 listed run(s))").click()
     settle(page)
     shot(page, shots, "history-coverage")

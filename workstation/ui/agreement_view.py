@@ -22,4 +22,4 @@ def agreement_table(result: Agreement, key: str) -> None:
                "offsets, matched one to one. A classification label matches the same label.")
     skipped = len(result.only_in_a) + len(result.only_in_b)
     if skipped:
-        st.caption(f"{skipped} document(s) are in only one of the runs (matched by id and text) and are not counted.")
+        st.caption(f"{skipped:,} document(s) are in only one of the runs (matched by id and text) and are not counted.")

@@ -52,10 +52,10 @@ def stage_line(summary) -> None:
     stages = getattr(summary, "stages", None) or {}
     rate = f"{summary.docs_per_second:,.1f} documents/s" if summary.docs_per_second else "—"
     if stages.get("seconds"):
-        st.caption(f"{rate} · " + describe_stages(stages["seconds"], summary.wall_seconds,
-                                                    stages.get("device_busy"), stages.get("backoffs")))
+        line = describe_stages(stages["seconds"], summary.wall_seconds, stages.get("device_busy"), stages.get("backoffs"))
+        st.caption(render.md_text(f"{rate} · {line}"))
     else:
-        st.caption(f"{rate} · no stage timings were recorded for this run")
+        st.caption(render.md_text(f"{rate} · no stage timings were recorded for this run"))
 
 
 def with_confidence(frame: pd.DataFrame) -> pd.DataFrame:

@@ -16,6 +16,7 @@ from workstation import plugins
 from workstation.monitor import GpuRecorder, NvmlMonitor
 from workstation.models import ModelFamily
 from workstation.settings import Settings, load_settings
+from workstation.ui import render
 from workstation.ui.shelf import ModelShelf
 
 # Tests replace this with a FakeMonitor factory; the app reads NVML.
@@ -97,7 +98,7 @@ def survives_busy_store(body):
         try:
             return body(*args, **kwargs)
         except StoreBusy as e:
-            st.error(str(e), icon=":material/hourglass_top:")
+            st.error(render.md_text(str(e)), icon=":material/hourglass_top:")
     return guarded
 
 

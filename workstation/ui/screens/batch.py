@@ -48,12 +48,12 @@ with st.container(border=True):
     if source == "Upload a file":
         upload = st.file_uploader("Input file", type=SUFFIXES, key="batch_upload")
     elif path_refused:
-        st.info(path_refused)
+        st.info(render.md_text(path_refused))
     else:
-        folders = ", ".join(f"`{render.md_text(str(f))}`" for f in local_files.input_folders(state.settings()))
         path_text = st.text_input("Path on the server", key="batch_path", placeholder="news.jsonl",
                                   help="A file inside a folder of settings.toml's [batch] input_folders.")
-        st.caption(f"Folders open to Batch: {folders}")
+        st.caption("Folders open to Batch: "
+                   + ", ".join(render.md_code(str(f)) for f in local_files.input_folders(state.settings())))
     left, right = st.columns(2)
     left.selectbox("Default task", list(presets), key=TASK, on_change=load_preset,
                    format_func=lambda n: f"{presets[n].title} ({n})")

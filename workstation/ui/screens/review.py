@@ -56,9 +56,9 @@ with st.expander("Run two models on the same texts", expanded=pair is None):
             st.session_state[PAIR] = tuple(ids)
             st.rerun()
         except (InputError, WeightsError) as e:
-            st.error(str(e))
+            st.error(render.md_text(str(e)))
         except Exception as e:          # a model failure is shown, never a crashed page
-            st.error(f"The run failed: {type(e).__name__}: {e}")
+            st.error(render.md_text(f"The run failed: {type(e).__name__}: {e}"))
 
 with st.expander("Or review two recorded runs"):
     recent = store.search_runs(limit=200)
@@ -82,12 +82,12 @@ try:
     detail_a, detail_b = store.get_run(pair[0]), store.get_run(pair[1])
 except NotFound as e:
     st.session_state.pop(PAIR, None)
-    st.info(str(e))
+    st.info(render.md_text(str(e)))
     st.stop()
 
 result = agreement(detail_a.items, detail_b.items)
 A, B = detail_a.summary, detail_b.summary
-st.subheader(f"Run {A.id} (A: {A.model}) vs run {B.id} (B: {B.model})")
+st.subheader(render.md_text(f"Run {A.id} (A: {A.model}) vs run {B.id} (B: {B.model})"))
 agreement_table(result, key="review-agreement")
 if not result.documents:
     st.info("The two runs share no document (matched by id and text).")
@@ -117,7 +117,7 @@ doc_b, res_b = detail_b.items[doc.position_b]
 left, right = st.columns(2)
 for col, side, summary, d, res in ((left, "A", A, doc_a, res_a), (right, "B", B, doc_b, res_b)):
     with col:
-        st.markdown(f"**{side}: {render.md_text(summary.model)}** (run {summary.id})")
+        st.markdown(f"**{side}: {render.md_text(summary.model)}** (run {summary.id:,})")
         spans = render.located_spans(res)
         if spans:
             st.html(render.legend_html(s.type for s in spans))
@@ -156,7 +156,7 @@ for n in range((page - 1) * PAGE_SIZE, min(page * PAGE_SIZE, len(doc.disagreemen
     dis = doc.disagreements[n]
     with st.container(border=True):
         c = st.columns([1.1, 3, 3, 2.2])
-        c[0].markdown(f"**{dis.kind}**")
+        c[0].markdown(f"**{render.md_text(dis.kind)}**")
         c[1].html(version_html(dis.a))
         c[2].html(version_html(dis.b))
         allowed = review.options(dis)
@@ -168,7 +168,7 @@ for n in range((page - 1) * PAGE_SIZE, min(page * PAGE_SIZE, len(doc.disagreemen
 choices = [decisions.get((*base, n)) for n in range(len(doc.disagreements))]
 undecided = sum(c is None for c in choices)
 if undecided:
-    st.caption(f"{undecided} disagreement(s) undecided: they stay out of the draft until you choose.")
+    st.caption(f"{undecided:,} disagreement(s) undecided: they stay out of the draft until you choose.")
 
 sides = {"A": (detail_a, doc.position_a, doc_a), "B": (detail_b, doc.position_b, doc_b)}
 side = st.radio("Save the gold example into a dataset of", list(sides), horizontal=True, key="review_side",

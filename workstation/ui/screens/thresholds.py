@@ -22,7 +22,7 @@ if fam is None:
     st.stop()
 store = state.store()
 weights, demo = state.weights_for(fam.name)
-st.caption(f"Model {render.md_text(fam.name)}, weights `{weights}`")
+st.caption(f"Model {render.md_text(fam.name)}, weights " + render.md_code(str(weights)))
 
 saved = store.thresholds_for(fam.name, weights)
 if saved is not None:
@@ -55,9 +55,9 @@ if st.button("Tune", type="primary"):
         tuned = thresholds.tune([(d, e.output, r) for d, e, r in zip(docs, examples, report.results)])
         st.session_state[TUNED] = (fam.name, str(weights), chosen_id, tuned)
     except (InputError, WeightsError) as e:
-        st.error(str(e))
+        st.error(render.md_text(str(e)))
     except Exception as e:              # a model failure is shown, never a crashed page
-        st.error(f"Tuning failed: {type(e).__name__}: {e}")
+        st.error(render.md_text(f"Tuning failed: {type(e).__name__}: {e}"))
 
 tuned_state = st.session_state.get(TUNED)
 if tuned_state and tuned_state[:3] == (fam.name, str(weights), chosen_id):
