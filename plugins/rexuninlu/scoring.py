@@ -312,7 +312,8 @@ class WindowScorer:
         at = (key[w] % 65536)[:, None]
         return torch.cat([w[:, None], hits[:, 1:] - at], dim=-1)
 
-    def selected_links(self, logits: torch.Tensor, p: Packed, extract: torch.Tensor) -> "Selection":
+    @staticmethod
+    def selected_links(logits: torch.Tensor, p: Packed, extract: torch.Tensor) -> "Selection":
         """What decoding reads, as masks on the device (no host sync here; `pick` reads them out).
 
         Extraction windows (`extract`, per token) get typed spans: a text span (head <= tail) whose
@@ -338,8 +339,8 @@ class WindowScorer:
         k, t = both.nonzero().unbind(-1)
         return torch.stack([b[k], r[k], c[k], t], dim=-1), sel.other.nonzero()
 
-    @staticmethod
-    def readable_links(logits: torch.Tensor, p: Packed) -> torch.Tensor:
+    @classmethod
+    def readable_links(cls, logits: torch.Tensor, p: Packed) -> torch.Tensor:
         """Positive entries decoding can use: [K,3] (window, row, col) in window-local indices,
         row-major like torch.where.
 
@@ -347,17 +348,8 @@ class WindowScorer:
         [TYPE] links to c; links count only between a [TYPE] and the text of the same window.
         Everything else the decoder would skip, so dropping it here saves the transfer and the loop.
         """
-        same = p.segments[:, :, None] == p.segments[:, None, :]
-        positive = (logits > 0) & same
-        head_link = positive & p.is_text[:, :, None] & p.is_type[:, None, :]   # row text -> col [TYPE]
-        tail_link = positive & p.is_type[:, :, None] & p.is_text[:, None, :]   # row [TYPE] -> col text
-        heads, tails = head_link.any(-1) & p.is_text, tail_link.any(-2) & p.is_text
-        upper = torch.ones_like(positive[0]).triu()                              # row <= col
-        span = positive & upper & heads[:, :, None] & tails[:, None, :]
-        b, r, c = (span | head_link | tail_link).nonzero().unbind(-1)
-        w = p.segments[b, r]
-        start = torch.tensor([s for _, s in p.starts], device=logits.device)[w]
-        return torch.stack([w, r - start, c - start], dim=-1)
+        every_window = torch.zeros_like(p.valid)                  # no window paired on the device
+        return cls.window_local(cls.selected_links(logits, p, every_window).other.nonzero(), p.starts)
 
 
 class CapturedForward:
