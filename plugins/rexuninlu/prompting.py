@@ -187,12 +187,9 @@ class Prompter:
         self._pieces.update({t: (ids, [tuple(o) for o in offs])
                              for t, ids, offs in zip(texts, enc["input_ids"], enc["offset_mapping"])})
 
-    def forget(self, texts: list[str] | None = None) -> None:
-        if texts is None:
-            self._pieces = {}
-        else:
-            for t in texts:
-                self._pieces.pop(t, None)
+    def forget(self, texts: list[str]) -> None:
+        for t in texts:
+            self._pieces.pop(t, None)
 
     def layout(self, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
         """Position ids and the isolation structure of one window (spec §2.5–2.6).

@@ -20,7 +20,7 @@ from plugins.rexuninlu.modeling import RexModel
 from plugins.rexuninlu.prompting import MAX_LEN
 from workstation.batching import is_out_of_memory
 from workstation.models import Knobs
-from workstation.stages import StageClock
+from workstation.stages import IDLE, StageClock
 
 
 def arrange(lengths: Sequence[int], batch_size: int, pack: bool) -> list[list[list[int]]]:
@@ -150,7 +150,6 @@ class WindowScorer:
         return out  # type: ignore[return-value]
 
     def report_backoff(self, rows: int) -> None:
-        from workstation.stages import IDLE
         clock = self.clock() if self.clock else IDLE
         clock.backoff(rows)
         if self.on_backoff:

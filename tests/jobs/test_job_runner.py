@@ -89,13 +89,19 @@ def test_killed_worker_process_resumes_with_every_document_exactly_once(store, f
     assert [doc for _, doc in fake.PROCESSED] == [d.id for d in docs[16:]]
 
 
-def test_cancel_stops_between_slices_and_requeue_finishes_the_rest(store, fake, weights):
+def start_held_at_doc_5(store, fake, weights):
+    """A 16-document job in slices of 4, running and held inside slice 2 (docs 4..7) at doc-5."""
     docs = documents(16)
     job_id = create(store, weights, docs=docs)
-    fake.GATES["doc-5"] = gate = threading.Event()                     # slice 2 (docs 4..7) blocks at doc-5
+    fake.GATES["doc-5"] = gate = threading.Event()
     runner = JobRunner(store, slice_size=4)
     runner.submit(job_id)
     wait_for(lambda: "doc-5" in [doc for _, doc in fake.PROCESSED], what="slice 2 to start")
+    return docs, job_id, gate, runner
+
+
+def test_cancel_stops_between_slices_and_requeue_finishes_the_rest(store, fake, weights):
+    docs, job_id, gate, runner = start_held_at_doc_5(store, fake, weights)
     assert runner.cancel(job_id)
     gate.set()
     assert runner.wait(job_id, timeout=60)
@@ -114,12 +120,7 @@ def test_cancel_stops_between_slices_and_requeue_finishes_the_rest(store, fake, 
 
 
 def test_resume_right_after_cancel_while_the_slice_is_still_in_hand_gets_a_worker(store, fake, weights):
-    docs = documents(16)
-    job_id = create(store, weights, docs=docs)
-    fake.GATES["doc-5"] = gate = threading.Event()                     # slice 2 (docs 4..7) blocks at doc-5
-    runner = JobRunner(store, slice_size=4)
-    runner.submit(job_id)
-    wait_for(lambda: "doc-5" in [doc for _, doc in fake.PROCESSED], what="slice 2 to start")
+    docs, job_id, gate, runner = start_held_at_doc_5(store, fake, weights)
     assert runner.cancel(job_id)
     assert store.requeue_job(job_id)                  # Resume, before the cancelled session has ended
     runner.submit(job_id)

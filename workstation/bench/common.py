@@ -75,8 +75,12 @@ def demo_weights(args, name: str) -> Path:
     return out
 
 
+def tuple_keys(outputs: list) -> set:
+    """(document index, tuple as JSON) of every extracted tuple of a run's outputs."""
+    return {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(outputs) for t in o}
+
+
 def span_agreement(a: list, b: list) -> float:
     """Share of spans (per document, as (type, span, offset) tuples) the two runs have in common."""
-    sa = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(a) for t in o}
-    sb = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(b) for t in o}
+    sa, sb = tuple_keys(a), tuple_keys(b)
     return 1.0 if not sa | sb else len(sa & sb) / len(sa | sb)

@@ -8,7 +8,7 @@ import torch
 
 from workstation import engine
 from workstation.bench.common import (NER_SCHEMA, demo_weights, environment, mixed_texts, span_agreement, sync,
-                                      timed_run)
+                                      timed_run, tuple_keys)
 from workstation.domain import Document, InputError
 
 def rex_batching(args) -> dict:
@@ -200,9 +200,7 @@ def rex_e2e(args) -> dict:
 def tuples_differing(a: list, b: list) -> int:
     """(document, tuple) pairs in one run and not the other (fp32 runs of different batch shapes can
     differ where a logit lies within rounding of 0: GEMMs of other shapes sum in another order)."""
-    sa = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(a) for t in o}
-    sb = {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(b) for t in o}
-    return len(sa ^ sb)
+    return len(tuple_keys(a) ^ tuple_keys(b))
 
 
 def rex_kernel(args) -> dict:
