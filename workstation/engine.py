@@ -143,7 +143,7 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
         torch.cuda.reset_peak_memory_stats(model.device)
     tokens_before = model.tokens_processed()
     clock = model.clock = StageClock(model.device)
-    start = clock.started = time.perf_counter()
+    start = clock.started                 # the clock starts when it is made, i.e. now
     try:
         for result in iter_results(model, documents, batch_size, cancel, max_tuples=max_tuples, **options):
             report.documents += 1
