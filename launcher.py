@@ -5,6 +5,7 @@
   python3 launcher.py test            install test dependencies (and Label Studio, in its own venv), run the tests
   python3 launcher.py extract ...     the command line (see --help)
   python3 launcher.py corpus ...      extraction over many files on Ray (installs Ray on first use)
+  python3 launcher.py bench ...       the benchmark suite (docs/benchmarks.md)
 """
 import hashlib
 import os
@@ -70,6 +71,19 @@ def install_label_studio() -> str:
     return ""
 
 
+def install_workstation() -> None:
+    """The workstation itself, editable, so its built-in plugins are entry points like any installed plugin's
+    (pyproject.toml). Once per content of pyproject.toml."""
+    pyproject = ROOT / "pyproject.toml"
+    digest = hashlib.sha256(pyproject.read_bytes()).hexdigest()
+    stamp = VENV / ".installed-pyproject.toml"
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    subprocess.check_call([str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                           "--no-deps", "--no-build-isolation", "-e", str(ROOT)])
+    stamp.write_text(digest)
+
+
 def bootstrap(with_tests: bool) -> None:
     if sys.version_info < (3, 11):
         sys.exit(f"Python 3.11 or newer is needed (this is {sys.version.split()[0]})")
@@ -77,6 +91,7 @@ def bootstrap(with_tests: bool) -> None:
         print(f"[launcher] creating {VENV} ...", file=sys.stderr)
         subprocess.check_call([sys.executable, "-m", "venv", str(VENV)])
     install(ROOT / "requirements.txt")
+    install_workstation()
     if with_tests:
         install(ROOT / "requirements-dev.txt")
         install_label_studio()
@@ -91,6 +106,10 @@ def main() -> int:
     if args[:1] == ["corpus"]:
         install(ROOT / "requirements-corpus.txt")       # Ray: an optional dependency, on first use only
     sys.path.insert(0, str(ROOT))
+    if args[:1] == ["bench"]:
+        # The benchmarks sit above the application (they compare its variants), so the CLI does not import them.
+        from benchmarks import main as bench_main
+        return bench_main(args[1:])
     from workstation.cli import main as cli_main
     return cli_main(args)
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from sqlalchemy import delete, func, select
 
-from storage.models import DatasetRecord, DocumentRecord, GoldExampleRecord, RunRecord, utcnow
+from contracts.domain import Document, InputError
 from storage.records import dataset_view, gold_example_view
+from storage.tables import DatasetRecord, DocumentRecord, GoldExampleRecord, RunRecord, utcnow
 from storage.views import Dataset, GoldExample, NotFound
-from workstation.domain import Document, InputError
 
 NAME_LIMIT = 200
 

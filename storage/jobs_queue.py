@@ -15,10 +15,10 @@ from datetime import datetime
 
 from sqlalchemy import func, insert, select, update
 
-from storage.models import DocumentRecord, JobItemRecord, JobRecord, RunRecord, utcnow
+from contracts.domain import Document, Result
 from storage.records import document_from_json, document_record, document_to_json, job_status, run_header
+from storage.tables import DocumentRecord, JobItemRecord, JobRecord, RunRecord, utcnow
 from storage.views import CORPUS_OUTPUT, UNFINISHED, JobStatus, NotFound
-from workstation.domain import Document, Result
 
 OwnerIsDead = Callable[[str | None, datetime | None], bool]
 
@@ -197,7 +197,7 @@ class JobQueue:
         Written in short transactions: the run's row, its documents in chunks (resuming after the last one
         written, should a kill interrupt it), then the run's finish time and the job's status together.
         Returns the run id; None if the job is not ours or not complete."""
-        from workstation.engine import RunReport          # the engine imports torch; only the worker needs this
+        from contracts.report import RunReport  # the engine imports torch; only the worker needs this
 
         with self._write() as s:
             job = _job(s, job_id)

@@ -1,7 +1,7 @@
 """Schema migrations: an ordered list of idempotent functions and a `_migrations` table (the `llm` idiom).
 
 Each migration is plain SQL frozen at the time it was written, so a database made by any earlier
-version upgrades the same way; `storage.models` describes the head. Append new migrations at the
+version upgrades the same way; `storage.tables` describes the head. Append new migrations at the
 end; never edit or reorder old ones. JSON columns are declared TEXT: SQLite's "JSON" type name would
 get NUMERIC affinity, which turns a JSON document like `5` into an integer.
 """

@@ -7,13 +7,21 @@ from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from storage.models import (DatasetRecord, DocumentRecord, GoldExampleRecord, JobRecord, ResultRecord, RunRecord,
-                            TrainingRunRecord, utcnow)
+from contracts.domain import Document, Result, unread_chars
+from storage.tables import (
+    DatasetRecord,
+    DocumentRecord,
+    GoldExampleRecord,
+    JobRecord,
+    ResultRecord,
+    RunRecord,
+    TrainingRunRecord,
+    utcnow,
+)
 from storage.views import Dataset, GoldExample, JobStatus, RunSummary, TrainingRun
-from workstation.domain import Document, Result, unread_chars
 
 if TYPE_CHECKING:
-    from workstation.engine import RunReport
+    from contracts.report import RunReport
 
 SOURCES = ("ui", "batch", "cli")
 WEIGHT_SUFFIXES = {".bin", ".safetensors", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf"}
@@ -98,7 +106,7 @@ def write_chunks(items: Sequence[tuple[Document, Result]], max_chars: int, max_d
 
 
 def run_stages(report: RunReport) -> dict | None:
-    """Where the run's time went (workstation/stages.py); None for a report that measured no stages."""
+    """Where the run's time went (contracts/stages.py); None for a report that measured no stages."""
     if not getattr(report, "stages", None):
         return None
     return {"seconds": dict(report.stages), "device_busy": report.device_busy, "backoffs": list(report.backoffs)}

@@ -23,21 +23,43 @@ from sqlalchemy import case, column, delete, func, or_, select, table, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
+from contracts.domain import Document, Result
 from storage import migrations
 from storage.database import BUSY_TIMEOUT_MS, WRITE, create_sqlite_engine, is_busy
 from storage.datasets import GoldDatasets
 from storage.jobs_queue import JobQueue
-from storage.models import DocumentRecord, ResultRecord, RunRecord, utcnow
-from storage.records import (SOURCES, check_results, document_record, run_header, run_summary, stored_document,
-                             stored_result, weights_checksum, write_chunks)
+from storage.records import (
+    SOURCES,
+    check_results,
+    document_record,
+    run_header,
+    run_summary,
+    stored_document,
+    stored_result,
+    weights_checksum,
+    write_chunks,
+)
+from storage.tables import DocumentRecord, ResultRecord, RunRecord, utcnow
 from storage.thresholds import SavedThresholds, ThresholdSettings
 from storage.training import TrainingLog
-from storage.views import (CutDocument, Dataset, DocumentComparison, GoldExample, JobStatus, NotFound, RunComparison,
-                           RunDetail, RunSummary, SpanKey, StoreBusy, TrainingRun, span_key)
-from workstation.domain import Document, Result
+from storage.views import (
+    CutDocument,
+    Dataset,
+    DocumentComparison,
+    GoldExample,
+    JobStatus,
+    NotFound,
+    RunComparison,
+    RunDetail,
+    RunSummary,
+    SpanKey,
+    StoreBusy,
+    TrainingRun,
+    span_key,
+)
 
 if TYPE_CHECKING:
-    from workstation.engine import RunReport
+    from contracts.report import RunReport
 
 log = logging.getLogger(__name__)
 

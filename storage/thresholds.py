@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from storage.models import ThresholdRecord, utcnow
 from storage.records import weights_checksum
+from storage.tables import ThresholdRecord, utcnow
 from storage.views import NotFound
 
 

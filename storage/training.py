@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from storage.models import TrainingRunRecord, utcnow
 from storage.records import training_run_view
+from storage.tables import TrainingRunRecord, utcnow
 from storage.views import TRAINING_STATUSES, NotFound, TrainingRun
 
 TRAINING_SOURCES = ("ui", "cli")

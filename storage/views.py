@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from workstation.domain import Document, Result, Span
+from contracts.domain import Document, Span
+from contracts.runs import RunDetail, RunSummary  # noqa: F401  (the store hands these out)
 
 
 class NotFound(LookupError):
@@ -16,45 +17,6 @@ class NotFound(LookupError):
 class StoreBusy(RuntimeError):
     """Another process held the database's write lock for longer than the store waits (retries included).
     Nothing was written by the call that raised it; trying again later is safe."""
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    id: int
-    created_at: datetime
-    source: str                      # 'ui' | 'batch' | 'cli'
-    model: str
-    task: str | None
-    weights: str
-    weights_checksum: str | None
-    demo: bool
-    device: str
-    dtype: str
-    attention: str
-    optimizations: dict[str, str]
-    batch_size: int
-    options: dict[str, Any]
-    documents: int
-    wall_seconds: float
-    docs_per_second: float | None
-    tokens: int
-    peak_memory_bytes: int | None
-    label: str | None
-    note: str | None
-    stages: dict[str, Any] = field(default_factory=dict)   # {"seconds", "device_busy", "backoffs"}
-    cut_documents: int | None = None     # documents read only partly; None: the model reports no coverage
-    finished_at: datetime | None = None   # when the run was complete in the history (the History order)
-
-
-@dataclass
-class RunDetail:
-    summary: RunSummary
-    settings: dict[str, Any] | None
-    items: list[tuple[Document, Result]]
-
-    @property
-    def id(self) -> int:
-        return self.summary.id
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from workstation.domain import Document, Result
+from contracts.domain import Document, Result
 
 CLS_MARKERS = ("[MULTICLASSIFY]", "[CLASSIFY]")     # RexUniNLU's classification prefixes (spec §3.4)
 

@@ -10,9 +10,9 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from contracts.domain import InputError, WeightsError, unread_chars
+from contracts.stages import describe as describe_stages
 from workstation import engine, plugins
-from workstation.stages import describe as describe_stages
-from workstation.domain import InputError, WeightsError, unread_chars
 from workstation.settings import ROOT, load_settings
 
 
@@ -72,20 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--host", default=None, help="default: [api] host in settings.toml (127.0.0.1)")
     v.add_argument("--port", type=int, default=None, help="default: [api] port in settings.toml (8502)")
 
-    b = sub.add_parser("bench", help="the benchmark suite (see docs/benchmarks.md)")
-    b.add_argument("bench_args", nargs=argparse.REMAINDER)
     f = sub.add_parser("finetune", help="fine-tune a model on gold examples")
     f.add_argument("finetune_args", nargs=argparse.REMAINDER)
     return p
 
 
-PASS_THROUGH = {"test": "pytest_args", "bench": "bench_args", "finetune": "finetune_args"}
+PASS_THROUGH = {"test": "pytest_args", "finetune": "finetune_args"}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in PASS_THROUGH and not {"-h", "--help"} & set(argv[:1]):
-        # Everything after these commands belongs to the tool behind them (pytest, the benchmarks).
+        # Everything after these commands belongs to the tool behind them (pytest, the fine-tuning loop).
         args = argparse.Namespace(command=argv[0], **{PASS_THROUGH[argv[0]]: argv[1:]})
     else:
         args = build_parser().parse_args(argv)
@@ -110,9 +108,6 @@ def main(argv: list[str] | None = None) -> int:
             return corpus(args)
         if command == "demo-weights":
             return demo_weights(args)
-        if command == "bench":
-            from workstation.bench import main as bench_main
-            return bench_main(args.bench_args)
         if command == "finetune":
             return finetune(args.finetune_args)
     except (InputError, WeightsError) as e:
@@ -125,9 +120,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_tests(pytest_args: list[str]) -> int:
+    # Lint first (ruff, configured in pyproject.toml): a lint error fails the test command like a test does.
+    lint = subprocess.call([sys.executable, "-m", "ruff", "check", "--output-format", "concise", "."], cwd=ROOT)
     # Two workers by default (pytest-xdist): the suite starts servers, Ray and a browser, and waits on them.
     code = subprocess.call([sys.executable, "-m", "pytest", *(pytest_args or ["-n", "2", "tests"])], cwd=ROOT)
-    return code if code != 5 else 1          # "no tests collected" is a failure, not a pass
+    code = code if code != 5 else 1          # "no tests collected" is a failure, not a pass
+    return code or (1 if lint else 0)
 
 
 def run_ui() -> int:

@@ -8,18 +8,18 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
 
+from contracts.domain import Document, InputError, Result
+from contracts.model import LoadedModel, ModelFamily
+from contracts.report import RunReport
+from contracts.stages import IDLE, StageClock
 from workstation import plugins
-from workstation.domain import Document, InputError, Result
-from workstation.models import LoadedModel, ModelFamily
 from workstation.settings import load_settings
-from workstation.stages import IDLE, StageClock
 from workstation.thresholds import apply_thresholds
 
 
@@ -82,40 +82,6 @@ def load_for_run(name: str, weights: Path, device: str, optimizations: Sequence[
     if chosen != model.knobs.dtype:
         model.set_dtype(chosen)
     return model, active
-
-
-@dataclass
-class RunReport:
-    model: str
-    weights: str
-    demo: bool
-    device: str
-    dtype: str
-    attention: str
-    optimizations: dict[str, str]
-    batch_size: int
-    options: dict
-    started_at: str
-    documents: int = 0
-    wall_seconds: float = 0.0
-    tokens: int = 0
-    peak_memory_bytes: int | None = None
-    stages: dict[str, float] = field(default_factory=dict)     # seconds per stage (workstation/stages.py)
-    backoffs: list[dict] = field(default_factory=list)         # OOM back-offs: when, and to how many rows
-    thresholds: dict[str, float] | None = None                 # confidence thresholds applied (type -> t)
-    results: list[Result] = field(default_factory=list)
-
-    @property
-    def device_busy(self) -> float | None:
-        """Share of the wall time the device was working (CUDA-event time on GPUs)."""
-        return self.stages.get("device", 0.0) / self.wall_seconds if self.wall_seconds else None
-
-    def summary(self) -> dict:
-        d = asdict(self)
-        d.pop("results")
-        d["docs_per_second"] = self.documents / self.wall_seconds if self.wall_seconds else None
-        d["device_busy"] = self.device_busy
-        return d
 
 
 class Cancelled(Exception):

@@ -1,6 +1,6 @@
 """`launcher.py finetune`: fine-tune a model on gold JSONL and write a checkpoint in its official layout.
 
-One loop for every model. The model plugin supplies `model.training()` (workstation.models.Training):
+One loop for every model. The model plugin supplies `model.training()` (contracts.model.Training):
 the examples of a gold document, the loss of a micro-batch, the network, the official layout.
 
 Training: AdamW, linear warm-up then linear decay, gradient accumulation, gradient clipping at 1.0
@@ -34,8 +34,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from contracts.domain import Document, InputError, WeightsError
 from workstation import engine
-from workstation.domain import Document, InputError, WeightsError
 from workstation.inputs import json_line, require_file
 from workstation.training_events import Cancelled, StopRequest, TrainingEvents
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from workstation.domain import Document, InputError
+from contracts.domain import Document, InputError
 
 MAX_LINE_CHARS = 50_000_000
 

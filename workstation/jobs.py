@@ -29,11 +29,11 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from contracts.domain import Result
+from contracts.model import LoadedModel
 from storage.repository import Store
 from storage.views import JobStatus, StoreBusy
 from workstation import engine
-from workstation.domain import Result
-from workstation.models import LoadedModel
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 10.0

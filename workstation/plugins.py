@@ -1,75 +1,120 @@
-"""The plugin manager: built-ins and installed plugins, registered the same way (the `llm`/`datasette` idiom).
+"""The plugin manager: every plugin, built-in or installed, comes from the entry-point group `ie_workstation`.
+
+The built-ins are entry points of this distribution (pyproject.toml), so they are found exactly as a
+third-party plugin is (docs/plugins.md). A source tree that was never installed (no distribution
+metadata) reads the same table from pyproject.toml, so the built-ins never depend on how the code got here.
 
 Environment switches:
-  IEW_LOAD_PLUGINS=a,b   load only these installed distributions' entry points ("" = none)
-  IEW_TRACE_PLUGINS=1    print every hook call to stderr
-  IEW_BLOCK_PLUGINS=a,b  do not load these plugins, built-in ones included (by name)
+  IEW_LOAD_PLUGINS=a,b   besides the built-ins, load only these installed distributions ("" = none)
+  IEW_TRACE_PLUGINS=1    print every hook call, its arguments and results to stderr (pluggy's tracing)
+  IEW_BLOCK_PLUGINS=a,b  do not load these plugins (entry-point names), built-in ones included
+Tests load the built-ins only unless IEW_LOAD_PLUGINS names a distribution (tests/conftest.py).
 """
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
 
 import pluggy
 
-from workstation import hookspecs
+from contracts import hookspecs
+from contracts.hookspecs import PROJECT
 
-ENTRY_POINT_GROUP = "ie_workstation"
+ENTRY_POINT_GROUP = PROJECT
+DISTRIBUTION = "ie-workstation"
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
-DEFAULT_PLUGINS = (
-    "plugins.rexuninlu",
-    "plugins.seqgpt",
-    "plugins.optimizations.precision",
-    "plugins.optimizations.fused_attention",
-    "plugins.optimizations.sparse_mask",
-    "plugins.optimizations.memory_pool",
-    "plugins.optimizations.gradient_checkpointing",
-    "storage.exporters",
-)
-
-pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+pm = pluggy.PluginManager(PROJECT)
 pm.add_hookspecs(hookspecs)
 _loaded = False
 
 
+@dataclass(frozen=True)
+class Source:
+    """Where a plugin came from, for the Plugins page."""
+
+    distribution: str
+    version: str
+    builtin: bool
+
+
+_sources: dict[str, Source] = {}
+
+
+def _entry_points() -> list[tuple[str, str, Source]]:
+    """(name, module, source) of every plugin in the group: built-ins first, then installed ones by name."""
+    found = []
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if ep.dist else "?"
+        version = ep.dist.version if ep.dist else "?"
+        found.append((ep.name, ep.value, Source(dist, version, dist == DISTRIBUTION)))
+    project = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["project"] if PYPROJECT.is_file() else {}
+    table = list(project.get("entry-points", {}).get(ENTRY_POINT_GROUP, {}).items())
+    if table and not any(src.builtin for _, _, src in found):
+        found += [(name, value, Source(DISTRIBUTION, project["version"], True)) for name, value in table]
+    # Built-ins in the order pyproject.toml lists them (models first: the UI's default is the first),
+    # then installed plugins by distribution and name. Metadata alone keeps no order.
+    order = {name: i for i, (name, _) in enumerate(table)}
+    return sorted(found, key=lambda f: (not f[2].builtin, order.get(f[0], len(order)), f[2].distribution, f[0]))
+
+
+def _wanted(source: Source) -> bool:
+    if source.builtin:
+        return True
+    allow = os.environ.get("IEW_LOAD_PLUGINS")
+    if allow is None:
+        return not getattr(sys, "_called_from_test", False)        # tests see only what they ask for
+    return source.distribution in {n.strip() for n in allow.split(",") if n.strip()}
+
+
 def load_plugins() -> None:
-    """Idempotent. Built-ins that are not installed yet (a module missing) are skipped silently."""
+    """Idempotent: import and register every wanted plugin, then check their hooks against the specs."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    if not getattr(sys, "_called_from_test", False):
-        allow = os.environ.get("IEW_LOAD_PLUGINS")
-        if allow is None:
-            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        else:
-            for name in filter(None, (n.strip() for n in allow.split(","))):
-                pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
-    for name in filter(None, (n.strip() for n in os.environ.get("IEW_BLOCK_PLUGINS", "").split(","))):
-        pm.set_blocked(name)
-    for module_name in DEFAULT_PLUGINS:
-        if pm.is_blocked(module_name):
+    blocked = {n.strip() for n in os.environ.get("IEW_BLOCK_PLUGINS", "").split(",") if n.strip()}
+    if os.environ.get("IEW_TRACE_PLUGINS"):
+        pm.add_hookcall_monitoring(_trace_before, _trace_after)
+    for name, module_name, source in _entry_points():
+        if name in blocked or module_name in blocked or not _wanted(source) or pm.has_plugin(name):
             continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
-            if e.name and module_name.startswith(e.name):
-                continue                      # a built-in not part of this build
-            raise
+            # A built-in whose optional dependency is missing is left out, not a crash; a broken third-party
+            # plugin is reported by name.
+            if source.builtin and e.name and not module_name.startswith(e.name):
+                print(f"[plugins] built-in plugin {name!r} left out: {e}", file=sys.stderr)
+                continue
+            raise ImportError(f"plugin {name!r} from {source.distribution} could not be imported: {e}") from e
         if not pm.is_registered(module):
-            pm.register(module, name=module_name)
+            pm.register(module, name=name)
+            _sources[name] = source
     pm.check_pending()
-    if os.environ.get("IEW_TRACE_PLUGINS"):
-        def before(hook_name, hook_impls, kwargs):
-            print(f"[plugins] {hook_name} -> {[i.plugin_name for i in hook_impls]}", file=sys.stderr)
-
-        def after(outcome, hook_name, hook_impls, kwargs):
-            pass
-        pm.add_hookcall_monitoring(before, after)
 
 
-def _collect(hook) -> dict:
+def _trace(message: str) -> None:
+    print(f"[plugins] {message}", file=sys.stderr, flush=True)
+
+
+def _trace_before(hook_name, hook_impls, kwargs) -> None:
+    _trace(f"call {hook_name}({', '.join(kwargs)}) -> {', '.join(i.plugin_name for i in hook_impls) or 'no plugin'}")
+
+
+def _trace_after(outcome, hook_name, hook_impls, kwargs) -> None:
+    error = outcome.exception
+    _trace(f"done {hook_name}" + (f": {type(error).__name__}: {error}" if error else ""))
+
+
+def _collect(hook_name: str) -> dict:
+    """Call a `register_*` hook through pluggy, one plugin after the other in load order (pluggy itself
+    calls the newest plugin first), and return name -> registered item."""
     load_plugins()
     found: dict = {}
 
@@ -77,43 +122,47 @@ def _collect(hook) -> dict:
         if item.name in found:
             raise ValueError(f"two plugins register the name {item.name!r}")
         found[item.name] = item
-    # pluggy calls the newest registration first; walk the implementations in registration order.
-    for impl in hook.get_hookimpls():
-        impl.function(**{name: register for name in impl.argnames if name == "register"})
+        if os.environ.get("IEW_TRACE_PLUGINS"):
+            _trace(f"  registered {type(item).__name__} {item.name!r}")
+    everyone = [plugin for _, plugin in pm.list_name_plugin()]
+    for plugin in everyone:
+        if not pm.get_hookcallers(plugin) or hook_name not in {h.name for h in pm.get_hookcallers(plugin)}:
+            continue
+        others = [p for p in everyone if p is not plugin]
+        pm.subset_hook_caller(hook_name, remove_plugins=others)(register=register)
     return found
 
 
 def model_families() -> dict:
-    """name -> ModelFamily, in registration order."""
-    return _collect(pm.hook.register_models)
+    """name -> ModelFamily, in load order."""
+    return _collect("register_models")
 
 
 def optimizations() -> dict:
-    """name -> Optimization, in registration order."""
-    return _collect(pm.hook.register_optimizations)
+    """name -> Optimization, in load order."""
+    return _collect("register_optimizations")
 
 
 def exporters() -> dict:
-    """name -> Exporter, in registration order."""
-    return _collect(pm.hook.register_exporters)
+    """name -> Exporter, in load order."""
+    return _collect("register_exporters")
 
 
 def plugin_table() -> list[dict]:
     """Every loaded plugin: name, version, where it came from, its hooks (for the Plugins page)."""
     load_plugins()
-    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
     rows = []
     for name, plugin in pm.list_name_plugin():
-        dist = dists.get(id(plugin))
+        source = _sources.get(name)
+        if source is None:          # registered by code at run time (tests, notebooks), not from an entry point
+            where, version = "in-process", str(getattr(plugin, "__version__", "?"))
+        else:
+            where = "built-in" if source.builtin else f"installed ({source.distribution})"
+            version = source.version
         rows.append({
             "name": name,
-            "version": dist.version if dist else _builtin_version(),
-            "source": f"installed ({dist.metadata['Name']})" if dist else "built-in",
+            "version": version,
+            "source": where,
             "hooks": sorted(h.name for h in (pm.get_hookcallers(plugin) or [])),
         })
     return rows
-
-
-def _builtin_version() -> str:
-    from workstation import __version__
-    return __version__

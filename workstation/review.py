@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from contracts.domain import Document, InputError
+from contracts.model import ModelFamily
+from contracts.names import Reads
 from workstation.agreement import CLS_MARKERS, Disagreement, DocumentAgreement, Mention, gold_output
-from workstation.domain import Document, InputError
-from workstation.models import ModelFamily
 
 KINDS = {"ner": "Entities (NER)", "cls": "Classification"}
 NEITHER = "neither"
@@ -22,8 +23,8 @@ MAX_DOCUMENTS = 500
 
 
 def label_driven(family: ModelFamily) -> bool:
-    """A generative family reads a label list (all its task presets carry lists), a span extractor a schema."""
-    return bool(family.tasks) and all(isinstance(p.schema, list) for p in family.tasks.values())
+    """The family reads a task and a label list (SeqGPT), not a schema (RexUniNLU): it says so itself."""
+    return family.reads == Reads.LABELS
 
 
 def task_name(family: ModelFamily, kind: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from workstation.domain import Document, InputError, Result
+from contracts.domain import Document, InputError, Result
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from contracts.domain import InputError
 from storage.datasets import export_dataset
 from storage.views import NotFound, TrainingRun
-from workstation.domain import InputError
 from workstation.settings import ROOT, Settings
 
 # Inference optimizations that also act in training (workstation/finetune.py refuses the others).

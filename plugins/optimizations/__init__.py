@@ -1,1 +1,1 @@
-"""Built-in optimization plugins: each turns knobs on a loaded model (workstation.models.Knobs)."""
+"""Built-in optimization plugins: each turns knobs on a loaded model (contracts.model.Knobs)."""

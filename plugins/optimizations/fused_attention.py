@@ -1,8 +1,8 @@
 """Fused attention: FlashAttention-2 where a model's attention maps onto it, else the best fused kernel."""
 import importlib.util
 
-from workstation.hookspecs import hookimpl
-from workstation.optimizations import Optimization
+from contracts.hookspecs import hookimpl
+from contracts.optimization import Optimization
 
 # Preference order; a model lists the kernels its attention can be expressed with.
 KERNELS = ("flash", "triton", "sdpa")

@@ -1,6 +1,7 @@
 """Gradient checkpointing: recompute block activations in the backward pass instead of storing them."""
-from workstation.hookspecs import hookimpl
-from workstation.optimizations import Optimization
+from contracts.hookspecs import hookimpl
+from contracts.names import Capability
+from contracts.optimization import Optimization
 
 
 class GradientCheckpointing(Optimization):
@@ -14,7 +15,7 @@ class GradientCheckpointing(Optimization):
     inference = False
 
     def applies_to(self, model):
-        if "checkpointing" not in model.capabilities:
+        if Capability.CHECKPOINTING not in model.capabilities:
             return False, f"{model.family.name} does not support gradient checkpointing"
         return True, (f"applies to {model.family.name} fine-tuning runs (launcher.py finetune), trading "
                       "recomputation time for activation memory; no effect on inference")

@@ -6,8 +6,9 @@ settings.toml, so switching that part takes a restart.
 """
 import os
 
-from workstation.hookspecs import hookimpl
-from workstation.optimizations import Optimization
+from contracts.hookspecs import hookimpl
+from contracts.names import Capability
+from contracts.optimization import Optimization
 
 
 def expandable_segments_on() -> bool:
@@ -26,7 +27,7 @@ class MemoryPool(Optimization):
     lossless = True
 
     def applies_to(self, model):
-        if "cuda_graphs" not in model.capabilities:
+        if Capability.CUDA_GRAPHS not in model.capabilities:
             return False, f"{model.family.name} does not support CUDA graph capture"
         if not model.device.startswith("cuda"):
             return False, "CUDA graphs need a CUDA GPU"

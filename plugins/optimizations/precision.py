@@ -1,6 +1,7 @@
 """fp16 / bf16 weights and activations; RexUniNLU's span head and other fragile parts stay fp32."""
-from workstation.hookspecs import hookimpl
-from workstation.optimizations import Optimization
+from contracts.hookspecs import hookimpl
+from contracts.names import Capability
+from contracts.optimization import Optimization
 
 
 class Precision(Optimization):
@@ -12,7 +13,7 @@ class Precision(Optimization):
     lossless = False
 
     def applies_to(self, model):
-        if "reduced_precision" not in model.capabilities:
+        if Capability.REDUCED_PRECISION not in model.capabilities:
             return False, f"{model.family.name} does not support reduced precision"
         if not model.device.startswith("cuda"):
             return False, "bf16/fp16 need a CUDA GPU here (on CPU they are slower than fp32)"

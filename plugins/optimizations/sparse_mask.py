@@ -1,6 +1,7 @@
 """No work for tokens that cannot matter: pack short sequences together instead of padding them."""
-from workstation.hookspecs import hookimpl
-from workstation.optimizations import Optimization
+from contracts.hookspecs import hookimpl
+from contracts.names import Capability
+from contracts.optimization import Optimization
 
 
 class SparseMask(Optimization):
@@ -12,7 +13,7 @@ class SparseMask(Optimization):
     lossless = True
 
     def applies_to(self, model):
-        if "unpad" not in model.capabilities:
+        if Capability.UNPAD not in model.capabilities:
             return False, f"{model.family.name} does not support packing"
         return True, "packs windows of several documents into shared rows"
 

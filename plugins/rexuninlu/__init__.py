@@ -1,5 +1,5 @@
 """RexUniNLU (iic/nlp_deberta_rex-uninlu_chinese-base) as a model plugin."""
-from workstation.hookspecs import hookimpl
+from contracts.hookspecs import hookimpl
 
 
 @hookimpl

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
+from contracts.model import DEMO_MARKER, DEMO_NOTICE
 from plugins.rexuninlu.modeling import RexConfig, RexModel
-from workstation.models import DEMO_MARKER, DEMO_NOTICE
 
 SIZES = {
     "full": RexConfig(),                                   # 98.2 M parameters, the released config
@@ -65,11 +65,11 @@ def sparsify_head(model: RexModel, out_dir: Path, share: float) -> None:
     written) so that about `share` of the logits decoding reads are positive: random weights then
     give a readable number of spans instead of none or tens of thousands.
     """
+    from contracts.model import Knobs
     from plugins.rexuninlu.loading import load_tokenizer
     from plugins.rexuninlu.pipeline import document_run
     from plugins.rexuninlu.prompting import Prompter
     from plugins.rexuninlu.scoring import WindowScorer, isolation_mask
-    from workstation.models import Knobs
     samples = [("北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。中央电视台和中国电视剧制作中心摄制了红楼梦。",
                 {"人物": None, "地理位置": None, "组织机构": None}),
                ("7月28日，天津泰达在德比战中以0-1负于天津天海。", {"胜负(事件触发词)": {"时间": None, "败者": None}})]

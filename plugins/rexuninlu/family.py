@@ -6,12 +6,13 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from contracts.domain import Document, InputError, Result
+from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from contracts.names import Capability, Kernel, Reads
 from plugins.rexuninlu import demo, loading
 from plugins.rexuninlu.pipeline import run_documents
-from plugins.rexuninlu.scoring import WindowScorer
 from plugins.rexuninlu.prompting import Prompter, validate_schema, validate_text
-from workstation.domain import Document, InputError, Result
-from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from plugins.rexuninlu.scoring import WindowScorer
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -58,6 +59,7 @@ class RexUniNLU(ModelFamily):
     name = "rexuninlu"
     title = "RexUniNLU (DeBERTa-v2 span extractor, zero-shot, schema-driven)"
     tasks = {t.name: t for t in PRESETS}
+    reads = Reads.SCHEMA
 
     def validate(self, document: Document) -> None:
         validate_text(document.text, document.line)
@@ -81,8 +83,9 @@ class RexUniNLU(ModelFamily):
 
 
 class LoadedRex(LoadedModel):
-    attention_backends = ("eager", "sdpa", "triton")
-    capabilities = frozenset({"unpad", "cuda_graphs", "checkpointing", "reduced_precision"})
+    attention_backends = (Kernel.EAGER, Kernel.SDPA, Kernel.TRITON)
+    capabilities = frozenset({Capability.UNPAD, Capability.CUDA_GRAPHS, Capability.CHECKPOINTING,
+                              Capability.REDUCED_PRECISION})
 
     def __init__(self, family: RexUniNLU, weights: Path, device: str, tokenizer, network):
         self.family, self.weights, self.device = family, weights, device

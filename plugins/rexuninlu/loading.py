@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
+from contracts.checkpoints import check_tensors, read_state_dict
+from contracts.domain import WeightsError
 from plugins.rexuninlu.modeling import RexConfig, RexModel
-from workstation.domain import WeightsError
-from workstation.weights import check_tensors, read_state_dict
 
 # Added at run time by the reference, in this order; the ids are len(vocab.txt) + k.
 PROMPT_TOKENS = ("[PREFIX]", "[TYPE]", "[CLASSIFY]", "[MULTICLASSIFY]")

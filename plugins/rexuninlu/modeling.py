@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from workstation.domain import WeightsError
+from contracts.domain import WeightsError
 
 
 @dataclass

@@ -11,12 +11,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Generator, Iterator, Sequence
 
-from plugins.rexuninlu.decoding import (Links, Window, best_of_hint, decode_classes, decode_spans,
-                                        final_selection, multi_of_hint, path_info)
+from contracts.domain import Document, Result, Span
+from contracts.stages import IDLE, StageClock
+from plugins.rexuninlu.decoding import (
+    Links,
+    Window,
+    best_of_hint,
+    decode_classes,
+    decode_spans,
+    final_selection,
+    multi_of_hint,
+    path_info,
+)
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, legal_paths, task_kind
 from plugins.rexuninlu.scoring import WindowScorer
-from workstation.domain import Document, Result, Span
-from workstation.stages import IDLE, StageClock
 
 # Windows one document hands over per step: bounds memory for very long texts.
 WINDOWS_PER_STEP = 64

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from workstation.domain import InputError
+from contracts.domain import InputError
 
 PREFIX, TYPE, CLASSIFY, MULTICLASSIFY = "[PREFIX]", "[TYPE]", "[CLASSIFY]", "[MULTICLASSIFY]"
 MAX_LEN, STRIDE, HINT_MAX_LEN, PREFIX_MAX_LEN, TYPE_MAX_LEN = 512, 32, 256, 125, 125

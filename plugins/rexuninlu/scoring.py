@@ -15,12 +15,12 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from contracts.batching import is_out_of_memory
+from contracts.model import Knobs
+from contracts.stages import IDLE, StageClock
 from plugins.rexuninlu.decoding import Links, Window
 from plugins.rexuninlu.modeling import RexModel
 from plugins.rexuninlu.prompting import MAX_LEN
-from workstation.batching import is_out_of_memory
-from workstation.models import Knobs
-from workstation.stages import IDLE, StageClock
 
 
 def arrange(lengths: Sequence[int], batch_size: int, pack: bool) -> list[list[list[int]]]:

@@ -34,11 +34,11 @@ from typing import Any, Sequence
 
 import torch
 
+from contracts.domain import Document, InputError
+from contracts.model import DEMO_MARKER, Training
 from plugins.rexuninlu.decoding import Window
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, task_kind
 from plugins.rexuninlu.scoring import Packed, WindowScorer, isolation_mask
-from workstation.domain import Document, InputError
-from workstation.models import DEMO_MARKER, Training
 
 Gold = list[list[dict]]          # our output format: tuples of {"type", "span", "offset"}
 

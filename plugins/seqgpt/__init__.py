@@ -1,5 +1,5 @@
 """SeqGPT-560M (DAMO-NLP/SeqGPT-560M, a BLOOM generative extractor) as a model plugin."""
-from workstation.hookspecs import hookimpl
+from contracts.hookspecs import hookimpl
 
 
 @hookimpl

@@ -36,10 +36,10 @@ from typing import Callable, Hashable, Iterable, Iterator
 
 import torch
 
+from contracts.batching import is_out_of_memory
 from plugins.seqgpt.cache import KVCache
 from plugins.seqgpt.generation import Batch, EncodedPrompt, GenerationSettings, new_search, to_device
 from plugins.seqgpt.graphs import PROMPT_QUANTUM, spans
-from workstation.batching import is_out_of_memory
 
 
 def capacity_bucket(length: int) -> int:

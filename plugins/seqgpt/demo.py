@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
+from contracts.model import DEMO_MARKER, DEMO_NOTICE
 from plugins.seqgpt.modeling import Bloom, BloomConfig
 from plugins.seqgpt.prompting import GEN_TOKEN
-from workstation.models import DEMO_MARKER, DEMO_NOTICE
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]        # ids 0-3, as in BLOOM
 BLOOM_SPLIT = " ?[^(\\s|[.,!?…。，、।۔،])]+"              # BLOOM's pre-tokenizer regex (spec §1.3)

@@ -6,13 +6,14 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
+from contracts.domain import Document, InputError, Result
+from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from contracts.names import Capability, Kernel, Reads
 from plugins.seqgpt import demo, flash, loading, prompting, windows
 from plugins.seqgpt.generation import GenerationSettings
 from plugins.seqgpt.graphs import DecodeGraphs
 from plugins.seqgpt.modeling import ATTENTION_BACKENDS
 from plugins.seqgpt.pipeline import Pipeline
-from workstation.domain import Document, InputError, Result
-from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -44,6 +45,7 @@ class SeqGPT(ModelFamily):
     name = "seqgpt"
     title = "SeqGPT-560M (BLOOM generative extractor, zero-shot, label-driven)"
     tasks = {t.name: t for t in PRESETS}
+    reads = Reads.LABELS
     options = OPTIONS
     option_choices = OPTION_CHOICES
 
@@ -71,8 +73,8 @@ class SeqGPT(ModelFamily):
 class LoadedSeqGPT(LoadedModel):
     # Length bucketing is always on (it changes no output); packing is not implemented for SeqGPT.
     # Checkpointing acts in fine-tuning only. CUDA graphs: graphs.py.
-    capabilities = frozenset({"reduced_precision", "checkpointing", "cuda_graphs"})
-    attention_backends = ("eager", "sdpa", flash.NAME)     # "eager" first: HF's arithmetic, the reference
+    capabilities = frozenset({Capability.REDUCED_PRECISION, Capability.CHECKPOINTING, Capability.CUDA_GRAPHS})
+    attention_backends = (Kernel.EAGER, Kernel.SDPA, Kernel.FLASH)     # "eager" first: HF's arithmetic, the reference
     graph_scope = ("SeqGPT: a slot pool (one static KV cache, slots refilled as prompts finish) whose whole "
                    "decode step (network, token choice, beam reorder) is replayed as one graph per token, "
                    "one graph per (prompt length, generated length) bucket")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
+from contracts.checkpoints import check_tensors, read_state_dict
+from contracts.domain import WeightsError
 from plugins.seqgpt.modeling import Bloom, BloomConfig
-from workstation.domain import WeightsError
-from workstation.weights import check_tensors, read_state_dict
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

@@ -19,6 +19,7 @@ from torch import nn
 
 from plugins.seqgpt.cache import KVCache, allocate
 
+
 @dataclass(frozen=True)
 class BloomConfig:
     vocab_size: int = 250880            # bloom-560m / SeqGPT-560M: 250,680 tokens padded to 250,880

@@ -20,7 +20,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 
-from workstation.domain import Span
+from contracts.domain import Span
 
 UNPARSED = "_unparsed"                 # the type of output lines that are not `label: span`
 NONE_VALUES = {"none", "null", "无", "空", ""}

@@ -17,14 +17,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
+from contracts.domain import Document, Result, Span
+from contracts.stages import IDLE, StageClock
 from plugins.seqgpt.continuous import Finished, stream_generate
 from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings
 from plugins.seqgpt.graphs import DecodeGraphs
 from plugins.seqgpt.modeling import Bloom
 from plugins.seqgpt.parsing import ground, parse_classification, parse_extraction
 from plugins.seqgpt.prompting import MAX_PROMPT_TOKENS, Prompt, normalise_labels, prompts_for, task_of
-from workstation.domain import Document, Result, Span
-from workstation.stages import IDLE, StageClock
 
 
 @dataclass

@@ -15,7 +15,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from workstation.domain import Document, InputError
+from contracts.domain import Document, InputError
 
 GEN_TOKEN = "[GEN]"
 LABEL_SEPARATOR = "，"               # U+FF0C, what the reference joins labels with

@@ -36,12 +36,18 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 
+from contracts.domain import Document, InputError
+from contracts.model import DEMO_MARKER, Training
 from plugins.seqgpt.parsing import Mention, parse_extraction
 from plugins.seqgpt.pipeline import encode
-from plugins.seqgpt.prompting import (DEFAULT_LABEL_BATCH, LABEL_SEPARATOR, normalise_labels, prompts_for,
-                                      task_of, validate)
-from workstation.domain import Document, InputError
-from workstation.models import DEMO_MARKER, Training
+from plugins.seqgpt.prompting import (
+    DEFAULT_LABEL_BATCH,
+    LABEL_SEPARATOR,
+    normalise_labels,
+    prompts_for,
+    task_of,
+    validate,
+)
 
 IGNORE = -100                       # the label of positions that are not scored
 NO_SPAN = "None"                    # what an extraction answer says for a label without a span

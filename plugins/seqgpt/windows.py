@@ -22,9 +22,17 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator, Sequence
 
-from plugins.seqgpt.prompting import MARKERS, MAX_PROMPT_TOKENS, Prompt, chunk_labels, normalise_labels, \
-    prompt_text, prompts_for, task_of
-from workstation.domain import Document, InputError, Result, Span
+from contracts.domain import Document, InputError, Result, Span
+from plugins.seqgpt.prompting import (
+    MARKERS,
+    MAX_PROMPT_TOKENS,
+    Prompt,
+    chunk_labels,
+    normalise_labels,
+    prompt_text,
+    prompts_for,
+    task_of,
+)
 
 MODES = ("truncate", "window")
 OVERLAP_TOKENS = 96        # text repeated at the start of the next window, so a join never splits a span unseen

@@ -20,6 +20,7 @@ def api_settings(tmp_path, rex_tiny) -> Settings:
 @pytest.fixture
 def make_client(api_settings):
     from fastapi.testclient import TestClient
+
     from workstation.api.app import create_app
     clients = []
 
@@ -50,6 +51,7 @@ def free_port() -> int:
 def live_api(api_settings):
     """The API on a free loopback port, under uvicorn in a thread (real HTTP); yields its base URL."""
     import uvicorn
+
     from workstation.api.app import create_app
     app = create_app(api_settings, monitor_factory=lambda: FakeMonitor.steady(gpus=1))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))

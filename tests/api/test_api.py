@@ -6,9 +6,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from contracts.domain import Document
 from workstation.api.lanes import Lane, LaneRequest, Lanes, QueueFull, RunConfig
 from workstation.cli import main as cli_main
-from workstation.domain import Document
 
 NER = {"人物": None, "地理位置": None, "组织机构": None}
 CLS = {"正向": None, "负向": None}
@@ -398,8 +398,8 @@ def test_label_studio_setup_predict_webhook(client):
 
 
 def test_label_studio_relations_and_config_mapping(client):
+    from contracts.domain import Result, Span
     from workstation.api import label_studio
-    from workstation.domain import Result, Span
     config = label_studio.parse_label_config(LS_REL)
     assert config.text_field == "body" and config.labels_name == "ner" and config.text_name == "doc"
     assert config.ner_schema() == {"人物": None, "地理位置": None, "组织机构": None}

@@ -43,6 +43,7 @@ def test_client_covers_extract_jobs_history_and_errors(live_api, tmp_path):
 def test_client_sends_the_token(api_settings):
     api_settings.api.token = "t0ken"                # Guard reads the token it was built with: a new app
     from fastapi.testclient import TestClient
+
     from workstation.api.app import create_app
     app = create_app(api_settings)
     with Client("http://testserver", token="t0ken", transport=TestClient(app)._transport) as api:

@@ -15,8 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-import ray                             # a test dependency: requirements-corpus.txt
+import ray  # a test dependency: requirements-corpus.txt
 
 from workstation.cli import main as cli_main
 from workstation.corpus import runner
@@ -49,7 +48,7 @@ def documents(n: int, prefix: str) -> list[dict]:
 def mixed_inputs(folder: Path) -> list[Path]:
     folder.mkdir()
     bad = ['{"id": "x", "text": ', {"id": "no-text", "schema": NER}, {"id": "empty-schema", "text": "x", "schema": {}}]
-    files = [jsonl(folder / "a.jsonl", documents(5, "a")[:3] + bad[:1] + documents(5, "a")[3:] + bad[1:])]
+    jsonl(folder / "a.jsonl", documents(5, "a")[:3] + bad[:1] + documents(5, "a")[3:] + bad[1:])
     (folder / "b.csv").write_text("id,text\nc1,张三在北京\nc2,[CLASSIFY]很好看\n", "utf-8")
     (folder / "c.txt").write_text("李四去上海\n\n[CLASSIFY]不好看\n", "utf-8")
     table = pa.Table.from_pylist([{"id": d["id"], "text": d["text"], "schema": json.dumps(d["schema"])}
@@ -203,7 +202,7 @@ def test_a_rerun_after_a_cancel_skips_finished_work_and_writes_each_document_onc
 
 
 def test_a_changed_configuration_is_refused_rather_than_mixed(tmp_path, rex_tiny):
-    from workstation.domain import InputError
+    from contracts.domain import InputError
     jsonl(tmp_path / "a.jsonl", documents(2, "a"))
     job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "a.jsonl"), tmp_path / "out", progress=False)
     out = runner.OutputDir(job.output)

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from contracts.domain import InputError
 from workstation.corpus.layout import EMPTY, RESULT_SCHEMA, OutputDir, finalise_shard, plan_shards
-from workstation.domain import InputError
 
 
 def stage(out: OutputDir, key: str, name: str, lines: list[int], total: int) -> None:

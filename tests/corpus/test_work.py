@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pyarrow as pa
 
+from contracts.domain import Document
 from workstation.corpus.work import ExtractionWorker, parse_shards
-from workstation.domain import Document
 
 NER = {"人物": None, "地理位置": None, "组织机构": None}
 
@@ -62,6 +62,7 @@ def test_the_worker_turns_each_failing_document_into_its_own_error_row(rex_tiny)
 
 def test_parquet_input_reads_like_jsonl_and_a_bad_row_is_named(tmp_path):
     import pyarrow.parquet as pq
+
     from workstation.inputs import read_documents
     pq.write_table(pa.Table.from_pylist([{"id": "a", "text": "张三", "schema": json.dumps(NER)},
                                          {"id": None, "text": "李四", "schema": "{bad"}]), tmp_path / "in.parquet")

@@ -4,7 +4,7 @@ import json
 import pytest
 import torch
 
-from workstation import bench
+import benchmarks as bench
 
 
 @pytest.mark.parametrize("weights", ["rex_tiny", "seqgpt_tiny"])

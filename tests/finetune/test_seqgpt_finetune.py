@@ -5,13 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from contracts.domain import Document, InputError
 from plugins.seqgpt.family import SeqGPT
 from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings, generate
 from plugins.seqgpt.prompting import prompt_text
 from plugins.seqgpt.training import IGNORE, answer_text, batch_loss, collate
 from tests.finetune.conftest import with_dropout
 from workstation import finetune
-from workstation.domain import Document, InputError
 
 
 def ext(text, labels, spans):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 # tests/conftest.py puts the repository on sys.path and keeps installed plugins out (sys._called_from_test).
 import pytest
+
 import fake_model
 
 

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from workstation.domain import Document, InputError, Result, Span
-from workstation.hookspecs import hookimpl
-from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily
+from contracts.domain import Document, InputError, Result, Span
+from contracts.hookspecs import hookimpl
+from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily
 
 PROCESSED: list[tuple[int, str]] = []           # (id of the model instance, document id), in processing order
 LOADS: list[str] = []                           # devices a model was loaded on

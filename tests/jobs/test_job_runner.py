@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from workstation.domain import Document, Result, Span
+from contracts.domain import Document, Result, Span
 from workstation.jobs import JobRunner, owner_is_dead
 
 HERE = Path(__file__).resolve().parent

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from workstation import engine, plugins
 from tests.rexuninlu.test_model import mixed_documents, outputs
+from workstation import engine, plugins
 
 
 @pytest.fixture()

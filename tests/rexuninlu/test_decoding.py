@@ -1,6 +1,5 @@
 """Decoding on hand-built links: the model is replaced by a scorer that links chosen spans."""
 import torch
-import pytest
 
 from plugins.rexuninlu.decoding import Links, best_of_hint, final_selection, type_tokens
 from plugins.rexuninlu.pipeline import document_run

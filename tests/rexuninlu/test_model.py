@@ -6,11 +6,11 @@ import shutil
 import pytest
 import torch
 
-from plugins.rexuninlu.family import PRESETS, RexUniNLU
+from contracts.domain import Document, WeightsError
 from plugins.rexuninlu import loading
+from plugins.rexuninlu.family import PRESETS, RexUniNLU
 from plugins.rexuninlu.pipeline import document_run
 from plugins.rexuninlu.scoring import isolation_mask
-from workstation.domain import Document, WeightsError
 
 NER = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
 

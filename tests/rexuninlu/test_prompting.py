@@ -1,7 +1,7 @@
 import pytest
 
+from contracts.domain import InputError
 from plugins.rexuninlu.prompting import Prompter, allowed, legal_paths, validate_schema, validate_text
-from workstation.domain import InputError
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_position_ids_restart_per_group_and_type(prompter):
 def reference_mask(ids, prefix_id, type_id, sep_id):
     """The reference's loop construction (spec §2.6), written out for the test."""
     n = len(ids)
-    groups, region = [], None
+    groups = []
     for i, t in enumerate(ids[1:], start=1):
         if t == prefix_id:
             groups.append({"start": i, "types": []})
@@ -129,7 +129,7 @@ def test_sep_inside_a_hint_follows_the_reference_segment_layout(prompter):
 
 
 def test_schema_key_holding_sep_runs_through_the_reference_layout(rex_model, monkeypatch):
-    from workstation.domain import Document
+    from contracts.domain import Document
     calls = []
     original = Prompter.reference_layout
     monkeypatch.setattr(Prompter, "reference_layout", lambda self, ids: calls.append(ids) or original(self, ids))

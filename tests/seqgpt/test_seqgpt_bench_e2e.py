@@ -1,8 +1,8 @@
 """`bench seqgpt-e2e` runs on the CPU with the tiny demo checkpoint and a handful of documents, so it cannot rot."""
 import json
 
-from workstation import bench
-from workstation.bench.seqgpt_e2e import e2e_documents
+import benchmarks as bench
+from benchmarks.seqgpt_e2e import e2e_documents
 
 
 def test_documents_are_deterministic_mixed_and_some_take_two_prompts():

@@ -5,8 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from contracts.domain import Document
 from plugins.seqgpt.family import SeqGPT
-from workstation.domain import Document
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES = [

@@ -3,11 +3,11 @@ import json
 
 import torch
 
+from contracts.model import DEMO_MARKER
 from plugins.seqgpt.demo import demo_config, write
 from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings, generate
 from plugins.seqgpt.loading import load_network, load_tokenizer
 from plugins.seqgpt.modeling import Bloom
-from workstation.models import DEMO_MARKER
 
 
 def test_demo_checkpoint_has_the_official_layout(demo_tiny):

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 import plugins.seqgpt
+from contracts import hookspecs
+from contracts.domain import Document, InputError, Result
 from plugins.seqgpt import pipeline
-from plugins.seqgpt.family import SeqGPT
 from plugins.seqgpt.continuous import Finished
+from plugins.seqgpt.family import SeqGPT
 from plugins.seqgpt.prompting import prompts_for
-from workstation import hookspecs
-from workstation.domain import Document, InputError, Result
 
 SETTINGS = dict(num_beams=4, max_new_tokens=12, repetition_penalty=2.0)
 
@@ -158,8 +158,8 @@ def test_set_dtype_casts_the_network_and_records_it(loaded):
 
 
 def test_out_of_memory_halves_the_pool_keeps_every_document_and_reports_it(loaded, monkeypatch):
+    from contracts.stages import StageClock
     from plugins.seqgpt.continuous import SlotPool
-    from workstation.stages import StageClock
     reference = [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)]
     real_step, sizes = SlotPool.step, []
 

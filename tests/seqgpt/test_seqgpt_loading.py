@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from contracts.domain import WeightsError
 from plugins.seqgpt.loading import load_network, load_tokenizer, read_special_tokens
-from workstation.domain import WeightsError
 
 PROMPT = "输入: 杭州欢迎你。\n抽取: 地名\n输出: [GEN]"
 

@@ -2,8 +2,8 @@
 all its beams, beam reordering in place."""
 import pytest
 import torch
-from torch.utils._pytree import tree_leaves
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from plugins.seqgpt import modeling
 from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings, generate

@@ -1,6 +1,6 @@
 """The tolerant output parser (spec §1.5) and grounding of spans to character offsets."""
+from contracts.domain import Span
 from plugins.seqgpt.parsing import UNPARSED, Mention, ground, parse_classification, parse_extraction
-from workstation.domain import Span
 
 
 def test_one_label_line_with_one_span():

@@ -2,13 +2,13 @@
 input order, parsing off the decoding thread, stage times measured."""
 import threading
 
+from contracts.domain import Document
+from contracts.stages import StageClock
 from plugins.seqgpt import pipeline
 from plugins.seqgpt.continuous import SlotPool
 from plugins.seqgpt.generation import GenerationSettings, generate
 from plugins.seqgpt.prompting import prompts_for
 from tests.seqgpt.test_seqgpt_family import SETTINGS, documents
-from workstation.domain import Document
-from workstation.stages import StageClock
 
 SHORT = dict(num_beams=1, max_new_tokens=3)
 
@@ -83,7 +83,8 @@ def test_parsing_runs_off_the_decoding_thread_and_stages_are_measured(loaded, mo
 
 def test_an_error_in_planning_reaches_the_caller_before_any_model_work(loaded):
     import pytest
-    from workstation.domain import InputError
+
+    from contracts.domain import InputError
     before = loaded.tokens_processed()
     with pytest.raises(InputError, match="markers"):
         list(loaded.extract(documents(), markers="fr"))

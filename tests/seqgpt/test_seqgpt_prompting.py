@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
+from contracts.domain import Document, InputError
 from plugins.seqgpt.prompting import chunk_labels, normalise_labels, prompts_for, validate
-from workstation.domain import Document, InputError
 
 
 def doc(text, task, labels, line=7):

@@ -10,10 +10,10 @@ import re
 
 import pytest
 
+from contracts.domain import Document, Result, Span, unread_chars
 from plugins.seqgpt import windows
 from plugins.seqgpt.pipeline import Pipeline
 from plugins.seqgpt.prompting import prompts_for
-from workstation.domain import Document, Result, Span, unread_chars
 
 NAMES = re.compile(r"[A-Z]{3,}")
 WORDS = ["river", "stone", "market", "window", "garden", "letter", "silver", "harbour", "candle", "meadow"]
@@ -153,7 +153,7 @@ def test_a_sentence_pair_is_never_split(tokenizer):
 
 
 def test_an_unknown_mode_is_an_input_error(tokenizer):
-    from workstation.domain import InputError
+    from contracts.domain import InputError
     with pytest.raises(InputError, match="long-text mode"):
         next(windows.read([doc("x")], fake_pipeline, tokenizer, "chunks"))
 
@@ -168,7 +168,6 @@ FAST = dict(num_beams=2, max_new_tokens=6)
 
 
 def test_short_texts_are_identical_in_both_modes_and_to_the_pipeline(loaded):
-    from plugins.seqgpt.generation import GenerationSettings
     truncate = [r.to_json() for r in loaded.extract(SHORT, batch_size=4, **FAST)]
     window = [r.to_json() for r in loaded.extract(SHORT, batch_size=4, long_text="window", **FAST)]
     assert window == truncate

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 # tests/conftest.py puts the repository on sys.path and keeps installed plugins out (sys._called_from_test).
 import pytest
-from sample_runs import make_report, ner_run
+
 from storage import open_store
+
+from sample_runs import make_report, ner_run
 
 
 @pytest.fixture

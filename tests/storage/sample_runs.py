@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workstation.domain import Document, Result, Span
+from contracts.domain import Document, Result, Span
 
 if TYPE_CHECKING:
-    from workstation.engine import RunReport
+    from contracts.report import RunReport
 
 
 def make_report(results: list[Result], model: str = "rexuninlu", weights: str = "", started_at: str | None = None,
                 wall_seconds: float = 2.0, peak: int | None = None, **kw) -> RunReport:
-    from workstation.engine import RunReport             # imported late: child processes avoid torch
+    from contracts.report import RunReport  # imported late: child processes avoid torch
     return RunReport(model=model, weights=weights, demo=kw.pop("demo", True), device=kw.pop("device", "cpu"),
                      dtype=kw.pop("dtype", "fp32"), attention=kw.pop("attention", "eager"),
                      optimizations=kw.pop("optimizations", {}), batch_size=kw.pop("batch_size", 8),

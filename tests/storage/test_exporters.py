@@ -9,12 +9,14 @@ import openpyxl
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from sample_runs import make_report, ner_run
 
-from storage import exporters as ex
-from workstation.domain import Document, Result, Span
-from workstation.hookspecs import hookimpl
+from contracts.domain import Document, Result, Span
+from contracts.hookspecs import hookimpl
+from plugins import exporters as ex
+from workstation import exports
 from workstation.plugins import pm
+
+from sample_runs import make_report, ner_run
 
 FORMATS = ["jsonl", "csv", "excel", "parquet", "label-studio", "doccano"]
 
@@ -30,7 +32,7 @@ def two_runs(recorded):
 
 
 def test_every_format_is_registered_through_the_plugin_hook():
-    found = ex.exporters()
+    found = exports.exporters()
     assert [n for n in found if n in FORMATS] == FORMATS
     assert all(found[n].name == n and found[n].suffix.startswith(".") for n in FORMATS)
 
@@ -44,7 +46,7 @@ def test_formula_guard_prefixes_only_text_starting_with_a_formula_character(valu
 
 def test_jsonl_is_our_output_format_and_round_trips(recorded, tmp_path):
     store, run_id = recorded
-    report = ex.export_runs(store, [run_id], "jsonl", tmp_path / "out.jsonl")
+    report = exports.export_runs(store, [run_id], "jsonl", tmp_path / "out.jsonl")
     raw = (tmp_path / "out.jsonl").read_text("utf-8")
     assert "张三" in raw and "🙂" in raw                             # not \u-escaped
     lines = [json.loads(line) for line in raw.splitlines()]
@@ -58,7 +60,7 @@ def test_jsonl_is_our_output_format_and_round_trips(recorded, tmp_path):
 def test_csv_has_one_row_per_span_utf8_bom_and_no_live_formulas(recorded, tmp_path):
     store, run_id = recorded
     path = tmp_path / "spans.csv"
-    report = ex.export_runs(store, [run_id], "csv", path)
+    report = exports.export_runs(store, [run_id], "csv", path)
     assert path.read_bytes().startswith(b"\xef\xbb\xbf")             # Excel reads it as UTF-8
     with open(path, encoding="utf-8-sig", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -75,7 +77,7 @@ def test_csv_has_one_row_per_span_utf8_bom_and_no_live_formulas(recorded, tmp_pa
 def test_excel_has_runs_documents_spans_within_cell_limits_and_no_formulas(two_runs, tmp_path):
     store, run_ids = two_runs
     path = tmp_path / "runs.xlsx"
-    ex.export_runs(store, run_ids, "excel", path)
+    exports.export_runs(store, run_ids, "excel", path)
     book = openpyxl.load_workbook(path)
     assert book.sheetnames == ["Runs", "Documents", "Spans"]
     runs = list(book["Runs"].values)
@@ -106,14 +108,14 @@ def test_excel_refuses_more_rows_than_a_sheet_holds(recorded, tmp_path, monkeypa
     store, run_id = recorded
     monkeypatch.setattr(ex, "EXCEL_ROW_LIMIT", 4)
     with pytest.raises(ValueError, match="CSV or Parquet"):
-        ex.export_runs(store, [run_id], "excel", tmp_path / "out" / "big.xlsx")
+        exports.export_runs(store, [run_id], "excel", tmp_path / "out" / "big.xlsx")
     assert list((tmp_path / "out").iterdir()) == []                  # nothing half-written left behind
 
 
 def test_parquet_reads_back_typed_with_nulls_for_ungrounded_spans(two_runs, tmp_path):
     store, run_ids = two_runs
     path = tmp_path / "spans.parquet"
-    ex.export_runs(store, run_ids, "parquet", path)
+    exports.export_runs(store, run_ids, "parquet", path)
     frame = pd.read_parquet(path)
     assert list(frame.columns) == list(ex.SPAN_COLUMNS) and len(frame) == 7
     assert str(frame["start"].dtype) == str(frame["end"].dtype) == "Int64"     # not float64 with NaN
@@ -129,7 +131,7 @@ def test_parquet_reads_back_typed_with_nulls_for_ungrounded_spans(two_runs, tmp_
 def test_label_studio_predictions_have_labels_and_relations_and_skip_ungrounded(recorded, tmp_path):
     store, run_id = recorded
     path = tmp_path / "ls.json"
-    report = ex.export_runs(store, [run_id], "label-studio", path)
+    report = exports.export_runs(store, [run_id], "label-studio", path)
     tasks = json.loads(path.read_text("utf-8"))
     assert [t["data"]["doc_id"] for t in tasks] == ["d0", "d1"]
     for task in tasks:
@@ -156,7 +158,7 @@ def test_label_studio_predictions_have_labels_and_relations_and_skip_ungrounded(
 def test_doccano_relation_project_lines_with_unique_ids(two_runs, tmp_path):
     store, run_ids = two_runs
     path = tmp_path / "doccano.jsonl"
-    report = ex.export_runs(store, run_ids, "doccano", path)
+    report = exports.export_runs(store, run_ids, "doccano", path)
     lines = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
     assert len(lines) == 3 and lines[0]["text"].startswith("张三")
     entity_ids = [e["id"] for line in lines for e in line["entities"]]
@@ -187,17 +189,17 @@ def test_a_failing_exporter_leaves_no_file_behind(recorded, tmp_path):
     pm.register(BrokenExporterPlugin(), name="undo-broken-exporter")
     try:
         with pytest.raises(RuntimeError, match="disk full"):
-            ex.export_runs(store, [run_id], "broken", tmp_path / "out" / "out.txt")
+            exports.export_runs(store, [run_id], "broken", tmp_path / "out" / "out.txt")
         assert list((tmp_path / "out").iterdir()) == []
     finally:
         pm.unregister(name="undo-broken-exporter")
     with pytest.raises(ValueError, match="available: jsonl"):
-        ex.export_runs(store, [run_id], "broken", tmp_path / "out.txt")
+        exports.export_runs(store, [run_id], "broken", tmp_path / "out.txt")
 
 
 def test_export_bytes_gives_a_download_name_and_content(recorded):
     store, run_id = recorded
-    data, name, report = ex.export_bytes(store, [run_id], "csv")
+    data, name, report = exports.export_bytes(store, [run_id], "csv")
     assert name == f"runs-{run_id}.csv" and data.startswith(b"\xef\xbb\xbf") and report.spans == 6
 
 
@@ -214,7 +216,7 @@ def test_tuples_with_misplaced_offsets_are_left_out_of_every_format_and_counted(
            [Span("人物", "李四", (0, 2))]]                              # covers other text
     run_id = store.record_run(make_report([Result("d", [[Span("人物", "张三", (0, 2))], *bad])]),
                               [Document("d", text, {"人物": None})], "ui")
-    report = ex.export_runs(store, [run_id], fmt, tmp_path / f"out{ex.exporters()[fmt].suffix}")
+    report = exports.export_runs(store, [run_id], fmt, tmp_path / f"out{exports.exporters()[fmt].suffix}")
     assert report.invalid == 3 and report.spans == 1 and "3 tuples were left out" in report.message()
     if fmt in ("jsonl", "csv", "label-studio", "doccano"):
         written = report.path.read_text("utf-8-sig")

@@ -4,11 +4,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from sample_runs import make_report, ner_run
 
-from storage import exporters as ex
-from storage import importers as im
-from workstation.domain import Document, InputError, Result, Span
+from contracts.domain import Document, InputError, Result, Span
+from workstation import exports
+from workstation import importers as im
+
+from sample_runs import make_report, ner_run
 
 TEXT = "马云创办了阿里巴巴。7月28日，天津泰达在德比战中以0-1负于天津天海。🙂张三在北京"
 SCHEMA = {"人物": None, "组织机构": {"创始人(人物)": None}, "胜负(事件触发词)": {"时间": None, "败者": None},
@@ -55,7 +56,7 @@ def rich_run(store):
 def test_exporting_a_run_and_importing_the_file_gives_back_its_tuples(rich_run, tmp_path, fmt):
     store, run_id = rich_run
     path = tmp_path / f"export.{fmt}"
-    ex.export_runs(store, [run_id], fmt, path)
+    exports.export_runs(store, [run_id], fmt, path)
     parsed = im.parse(path.read_bytes(), path.name)
     assert parsed.format == fmt
     [example] = parsed.examples
@@ -71,7 +72,7 @@ def test_the_awkward_run_round_trips_its_placed_spans(recorded, tmp_path):
     store, run_id = recorded
     for fmt in ("label-studio", "doccano"):
         path = tmp_path / f"awkward-{fmt}"
-        ex.export_runs(store, [run_id], fmt, path)
+        exports.export_runs(store, [run_id], fmt, path)
         first, second = im.parse(path.read_bytes(), fmt=fmt).examples
         _, results = ner_run()
         assert first.output == gold_of(results[0])

@@ -7,10 +7,11 @@ import threading
 import time
 
 import pytest
-from sample_runs import make_report, ner_run
 
 from storage import open_store, records
 from storage.repository import Store, StoreBusy
+
+from sample_runs import make_report, ner_run
 
 
 @pytest.fixture

@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from sample_runs import make_report, ner_run
 from sqlalchemy import select
+
+from sample_runs import make_report, ner_run
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import json
 
-from sample_runs import make_report
 from sqlalchemy import inspect
 from sqlalchemy import text as sql
 
+from contracts.domain import Document, Result, Span
 from storage import migrations, open_store
 from storage.database import create_sqlite_engine
-from storage.exporters import export_runs
 from storage.repository import Store
-from workstation.domain import Document, Result, Span
+from workstation.exports import export_runs
+
+from sample_runs import make_report
 
 TEXT = "第一句话。第二句话。第三句话。"
 

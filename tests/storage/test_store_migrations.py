@@ -5,12 +5,13 @@ import sqlite3
 import threading
 
 import pytest
-from sample_runs import make_report, ner_run
 from sqlalchemy import inspect
 
 from storage import migrations, open_store
 from storage.database import create_sqlite_engine
-from storage.models import Base
+from storage.tables import Base
+
+from sample_runs import make_report, ner_run
 
 ALL = [m.__name__ for m in migrations.MIGRATIONS]
 

@@ -5,11 +5,12 @@ import sqlite3
 from datetime import datetime, timezone
 
 import pytest
-from sample_runs import make_report, ner_run
 
+from contracts.domain import Document, Result, Span
 from storage import open_store, record_cli_run
 from storage.repository import NotFound, weights_checksum
-from workstation.domain import Document, Result, Span
+
+from sample_runs import make_report, ner_run
 
 
 def test_recorded_run_reads_back_identical(recorded):

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from workstation.domain import Document, InputError, Result, Span
-from workstation.hookspecs import hookimpl
-from workstation.models import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
-from workstation.optimizations import Optimization
+from contracts.domain import Document, InputError, Result, Span
+from contracts.hookspecs import hookimpl
+from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from contracts.optimization import Optimization
 
 PRESETS = [
     TaskPreset("ner", "Named entities", "Alice met Bob in Paris.", {"Alice": None, "Paris": None}),
@@ -60,7 +60,7 @@ class FakeFamily(ModelFamily):
 
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "FakeModel":
         if not Path(weights).is_dir():
-            from workstation.domain import WeightsError
+            from contracts.domain import WeightsError
             raise WeightsError(f"no checkpoint at {weights}")
         self.loads.append((str(weights), device, dtype))
         return FakeModel(self, Path(weights), device, dtype)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 
-from workstation.domain import Document
-from workstation.models import DEMO_NOTICE
+from contracts.domain import Document
+from contracts.model import DEMO_NOTICE
 from workstation.ui import state
 
 
@@ -29,9 +29,10 @@ def test_the_plugins_page_lists_plugins_with_versions_hooks_and_source(app):
     at = app.run().switch_page("screens/plugins.py").run()
     table = at.dataframe[0].value
     fake = table[table["name"] == "undo-fake-ie"].iloc[0]
-    assert fake["source"] == "built-in" and fake["version"]
+    assert fake["source"] == "in-process" and fake["version"]
     assert fake["hooks"] == "register_models, register_optimizations"
-    assert "storage.exporters" in set(table["name"])
+    exporters = table[table["name"] == "exporters"].iloc[0]
+    assert exporters["source"] == "built-in" and exporters["hooks"] == "register_exporters"
     assert any("fakeie" in m.value for m in at.markdown)
 
 

@@ -89,7 +89,7 @@ def test_a_broken_file_names_the_line_and_imports_nothing(app):
 
 def test_a_dataset_exports_train_and_dev_files(app):
     store = state.store()
-    from workstation.domain import Document
+    from contracts.domain import Document
     store.add_gold_examples("people", "fakeie", [(Document(f"d{i}", "Alice", {"Alice": None}),
                                                   [[{"type": "Alice", "span": "Alice", "offset": [0, 5]}]])
                                                  for i in range(10)], "jsonl")

@@ -5,7 +5,7 @@ import json
 
 from streamlit.testing.v1 import AppTest
 
-from workstation.models import DEMO_NOTICE
+from contracts.model import DEMO_NOTICE
 from workstation.ui import state
 
 

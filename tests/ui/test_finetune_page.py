@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from contracts.domain import Document
 from tests.ui.conftest import APP
-from workstation.domain import Document
 from workstation.ui import state
 
 PAGE = "screens/finetune.py"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from workstation.domain import InputError
+from contracts.domain import InputError
 from workstation.settings import Settings
 from workstation.ui.local_files import is_loopback, local_file, refusal
 

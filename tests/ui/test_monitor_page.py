@@ -33,7 +33,7 @@ def test_each_gpu_shows_its_numbers_charts_and_processes_with_this_app_marked(ap
 
 
 def test_the_monitor_keeps_sampling_between_reruns(app):
-    at = app.run().switch_page(PAGE).run()
+    app.run().switch_page(PAGE).run()
     recorder = state.gpu_recorder()
     before = len(recorder.history())
     time.sleep(1.0)                                            # the recorder samples every 0.2 s in tests

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from workstation.domain import Result, Span
+from contracts.domain import Result, Span
 from workstation.ui import render
 
 HOSTILE = '<script>alert("x")</script>'
@@ -148,7 +148,7 @@ def test_a_huge_result_renders_in_pages():
     from streamlit.testing.v1 import AppTest
     script = '''
 import streamlit as st
-from workstation.domain import Document, Result, Span
+from contracts.domain import Document, Result, Span
 from workstation.ui import results
 text = ("张三在北京工作。" * 2_500)                                   # 20,000 characters
 spans = [Span("人物", "张三", (i, i + 2)) for i in range(0, len(text), 8)]
@@ -167,6 +167,7 @@ results.document_result(Document("1", text), Result("1", [[s] for s in spans]), 
 
 def test_confidence_is_a_number_column_or_absent_never_the_text_none():
     import pandas as pd
+
     from workstation.ui.results import with_confidence
     mixed = with_confidence(pd.DataFrame([{"tuple": "a", "confidence": 0.5}, {"tuple": "b", "confidence": None}]))
     assert str(mixed["confidence"].dtype) == "float64" and mixed["confidence"].isna().tolist() == [False, True]

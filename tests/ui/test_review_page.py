@@ -107,7 +107,7 @@ def test_tune_save_and_apply_thresholds_from_extract(app):
     store = state.store()
     # The fake model classifies [CLASSIFY] texts as the first schema type with confidence 0.75.
     schema = {"good": None, "bad": None}
-    from workstation.domain import Document
+    from contracts.domain import Document
     examples = [(Document(str(i), f"[CLASSIFY]text {i}", schema=schema),
                  [[{"type": "good" if i % 2 else "bad", "span": "good" if i % 2 else "bad", "offset": None}]])
                 for i in range(4)]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import time
 
+from contracts.domain import Document
 from tests.ui.test_browser_e2e import running_server, write_server_settings
-from workstation.domain import Document
 from workstation.ui.server import streamlit_argv
 
 

@@ -5,9 +5,9 @@ import gc
 import threading
 import weakref
 
+from contracts.domain import Document
 from tests.ui.fake_plugin import FakeFamily
-from workstation.domain import Document
-from workstation.ui.shelf import ModelShelf
+from workstation.shelf import ModelShelf
 
 
 def shelf_with(tmp_path):

@@ -1,7 +1,7 @@
 """bench rex-e2e on CPU with tiny weights: densities are calibrated, every row's outputs are checked."""
 import json
 
-from workstation.bench import main as bench_main
+from benchmarks import main as bench_main
 
 
 def test_rex_e2e_profiles_stages_at_calibrated_densities(rex_tiny, tmp_path):

@@ -1,4 +1,4 @@
-from workstation.bench.memory import agreement
+from benchmarks.memory import agreement
 
 
 def test_link_agreement_counts_links_both_runs_found_over_links_either_found():
@@ -10,7 +10,8 @@ def test_link_agreement_counts_links_both_runs_found_over_links_either_found():
 
 def test_every_variant_is_compared_with_the_first(monkeypatch, tmp_path):
     import argparse
-    from workstation.bench import memory
+
+    from benchmarks import memory
     runs = iter([({"peak_reserved_over_peak_allocated": 3.0}, [{(1, 2)}]),
                  ({"peak_reserved_over_peak_allocated": 1.1}, [{(1, 2)}]),
                  ({"peak_reserved_over_peak_allocated": 1.5}, [{(1, 3)}])])

@@ -22,7 +22,7 @@ def extract(tmp_path, weights, inp, *extra):
 
 
 def test_jsonl_in_jsonl_out_same_order_with_ids(tmp_path, rex_tiny, rex_model):
-    from workstation.domain import Document
+    from contracts.domain import Document
     lines = [{"id": "a", "text": "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "schema": NER},
              {"id": 7, "text": "[CLASSIFY]很好看", "schema": {"正向": None, "负向": None}},
              {"id": "n", "text": "北京", "schema": NER}]

@@ -1,5 +1,5 @@
 """Coverage as data: what a model did not read, and the result JSON that carries it."""
-from workstation.domain import Result, unread, unread_chars
+from contracts.domain import Result, unread, unread_chars
 
 
 def test_unread_is_the_text_outside_the_coverage_that_is_not_whitespace():

@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from contracts.domain import Document, Result, Span
+from contracts.model import Knobs, LoadedModel, ModelFamily
 from workstation import engine
-from workstation.domain import Document, Result, Span
-from workstation.models import Knobs, LoadedModel, ModelFamily
 
 
 class QuirkyFamily(ModelFamily):
@@ -63,6 +63,7 @@ def test_engine_run_and_extract_drop_tuples_with_empty_spans():
 
 def test_engine_refuses_blank_text_before_any_model_work():
     import pytest
-    from workstation.domain import InputError
+
+    from contracts.domain import InputError
     with pytest.raises(InputError, match="line 2: document 'b' has no text"):
         engine.run(QuirkyModel(), [Document("a", "好"), Document("b", " \n\t", line=2)], batch_size=2)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contracts.domain import Document
 from tests.jobs.fake_model import FakeFamily
 from workstation import engine
-from workstation.domain import Document
 
 
 def test_thresholds_are_opt_in_applied_to_each_result_and_reported(tmp_path):

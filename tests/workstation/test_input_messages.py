@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from contracts.domain import InputError
 from workstation import engine
-from workstation.domain import InputError
 from workstation.inputs import loads, parse_schema_arg, read_documents
 from workstation.ui import schema_editor
 

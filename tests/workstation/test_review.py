@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.domain import Document, InputError, Result, Span
+from contracts.names import Reads
 from tests.ui.fake_plugin import FakeFamily
 from workstation.agreement import agreement
-from workstation.domain import Document, InputError, Result, Span
 from workstation.review import NEITHER, documents_for, gold_for, label_driven, options, split_types
 
 
 class LabelFamily(FakeFamily):
-    """A family whose presets read label lists (as SeqGPT's do)."""
+    """A family that declares it reads label lists (as SeqGPT does)."""
 
     tasks = {"ext": FakeFamily.tasks["ext"]}
+    reads = Reads.LABELS
 
 
 def test_types_split_on_commas_and_lines_once_each():

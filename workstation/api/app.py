@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from fastapi import Depends, FastAPI, Path as PathParam, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -27,15 +28,15 @@ from fastapi.security import HTTPBearer
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from storage.exporters import export_bytes
+from contracts.domain import InputError, WeightsError
 from storage.views import NotFound
 from workstation import plugins
 from workstation.api import label_studio
 from workstation.api.lanes import QueueFull
 from workstation.api.schemas import ExportFormat, ExtractRequest, PredictRequest, SetupRequest, WebhookRequest
 from workstation.api.state import ApiState
-from workstation.domain import InputError, WeightsError
 from workstation.engine import Cancelled
+from workstation.exports import export_bytes
 from workstation.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from typing import Any
 
-from workstation.domain import InputError, Result
+from contracts.domain import InputError, Result
 
 HINT = re.compile(r"^(?P<relation>.+)\((?P<label>[^()]+)\)$")
 

@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from workstation.domain import Document
+from contracts.domain import Document
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ def check_exposure(host: str, token: str) -> None:
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> int:
     import uvicorn
+
     from workstation.api.app import create_app
     host, port = host or settings.api.host, port or settings.api.port
     check_exposure(host, settings.api.token)

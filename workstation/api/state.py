@@ -13,15 +13,15 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from contracts.domain import Document, InputError, Result
+from contracts.report import RunReport
 from storage.repository import Store, open_store
 from workstation import engine, plugins
 from workstation.api.lanes import LaneRequest, Lanes, RunConfig
-from workstation.domain import Document, InputError, Result
-from workstation.engine import RunReport
 from workstation.jobs import JobRunner
 from workstation.monitor import GpuRecorder, NvmlMonitor
 from workstation.settings import Settings
-from workstation.ui.shelf import ModelShelf
+from workstation.shelf import ModelShelf
 
 log = logging.getLogger(__name__)
 DEVICE_WORDS = ("auto", "cpu", "cuda")

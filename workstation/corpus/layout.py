@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workstation.domain import InputError
+from contracts.domain import InputError
 from workstation.inputs import SUFFIXES
 
 MANIFEST = "_manifest.json"

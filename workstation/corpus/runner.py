@@ -23,11 +23,11 @@ from typing import Any
 import ray
 import ray.data
 
+from contracts.domain import InputError, WeightsError
 from workstation import engine, plugins
 from workstation.corpus.layout import FORMATS, OutputDir, Shard, finalise_shard, manifest_entry, now, plan_shards
 from workstation.corpus.progress import TALLY_PREFIX, Progress, Reporter, Tally, Watcher
 from workstation.corpus.work import ExtractionWorker, parse_shards
-from workstation.domain import InputError, WeightsError
 from workstation.settings import ROOT
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from contracts.domain import Document, InputError
 from workstation.corpus.layout import DOCUMENT_SCHEMA, EMPTY, RESULT_SCHEMA
-from workstation.domain import Document, InputError
 
 Report = Callable[..., None]
 
@@ -73,7 +73,7 @@ class ExtractionWorker:
     """One model per worker (a GPU, a fraction of one, or the CPUs), loaded once, for every batch it is given."""
 
     def __init__(self, job: dict, report: Report | None = None):
-        from workstation import engine          # imported here: the parsing tasks need no torch
+        from workstation import engine  # imported here: the parsing tasks need no torch
         self.engine = engine
         self.job, self.report = job, report
         self.model, self.active = self.engine.load_for_run(job["model"], Path(job["weights"]), job["device"],
@@ -108,7 +108,7 @@ class ExtractionWorker:
 
     def extract(self, documents: list[Document]) -> list[tuple[Any, str | None]]:
         """(Result, None) or (None, why) per document. The batch runs as one (OOM halves it inside the model,
-        workstation/batching.py); if it fails anyway, each document runs alone so only the bad one fails."""
+        contracts/batching.py); if it fails anyway, each document runs alone so only the bad one fails."""
         if not documents:
             return []
         try:

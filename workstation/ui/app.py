@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:           # `streamlit run` puts only this folder 
 
 import streamlit as st  # noqa: E402
 
-from workstation.models import DEMO_NOTICE  # noqa: E402
+from contracts.model import DEMO_NOTICE  # noqa: E402
 from workstation.ui import render, state  # noqa: E402
 
 SCREENS = Path(__file__).parent / "screens"

@@ -19,7 +19,7 @@ def _export_dir() -> Path:
 
 
 def export_picker(store, run_ids: list[int]) -> None:
-    from storage.exporters import export_runs, exporters
+    from workstation.exports import export_runs, exporters
     available = exporters()
     if not available:
         st.info("No exporter is installed.")

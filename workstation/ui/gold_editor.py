@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from workstation.domain import Document, InputError, Result
+from contracts.domain import Document, InputError, Result
 from workstation.ui import render, state
 
 DRAFT = "gold_draft"

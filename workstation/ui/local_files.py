@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from workstation.domain import InputError
+from contracts.domain import InputError
 from workstation.settings import Settings
 
 

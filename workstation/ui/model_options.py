@@ -5,7 +5,7 @@ from typing import Any
 
 import streamlit as st
 
-from workstation.models import ModelFamily
+from contracts.model import ModelFamily
 
 
 def option_widgets(family: ModelFamily, prefix: str) -> dict[str, Any]:

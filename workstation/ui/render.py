@@ -12,7 +12,7 @@ import re
 from html import escape
 from typing import Iterable
 
-from workstation.domain import Result, Span, unread_chars
+from contracts.domain import Result, Span, unread_chars
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 

@@ -6,9 +6,9 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from workstation.domain import Document, Result, unread
-from workstation.models import DEMO_NOTICE
-from workstation.stages import describe as describe_stages
+from contracts.domain import Document, Result, unread
+from contracts.model import DEMO_NOTICE
+from contracts.stages import describe as describe_stages
 from workstation.ui import render
 
 MAX_DOCS_LISTED = 1_000

@@ -5,11 +5,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from contracts.domain import Document, InputError
+from contracts.model import ModelFamily, TaskPreset
 from workstation import engine, plugins
-from workstation.domain import Document, InputError
-from workstation.models import ModelFamily, TaskPreset
+from workstation.shelf import ModelShelf
 from workstation.ui import state
-from workstation.ui.shelf import ModelShelf
 
 RERUN_IN_PAGE = 64                      # more documents than this re-run as a background job
 

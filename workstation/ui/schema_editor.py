@@ -5,7 +5,7 @@ import json
 import re
 from typing import Any
 
-from workstation.domain import InputError
+from contracts.domain import InputError
 from workstation.inputs import json_problem, loads
 
 

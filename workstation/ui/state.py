@@ -10,14 +10,13 @@ from pathlib import Path
 
 import streamlit as st
 
+from contracts.model import ModelFamily
 from storage.views import StoreBusy
-
 from workstation import plugins
 from workstation.monitor import GpuRecorder, NvmlMonitor
-from workstation.models import ModelFamily
 from workstation.settings import Settings, load_settings
+from workstation.shelf import ModelShelf
 from workstation.ui import render
-from workstation.ui.shelf import ModelShelf
 
 # Tests replace this with a FakeMonitor factory; the app reads NVML.
 monitor_factory = NvmlMonitor

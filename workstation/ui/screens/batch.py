@@ -7,8 +7,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from contracts.domain import InputError
 from workstation import plugins
-from workstation.domain import InputError
 from workstation.inputs import read_valid_documents
 from workstation.ui import gpu, local_files, render, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets

@@ -9,10 +9,10 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from storage import importers
+from contracts.domain import InputError, Result, Span
 from storage.datasets import export_dataset
 from storage.repository import NotFound
-from workstation.domain import InputError, Result, Span
+from workstation import importers
 from workstation.ui import render, results, schema_editor, state
 
 NEW = -1

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from contracts.domain import InputError, WeightsError
 from storage.repository import NotFound
-from workstation.domain import InputError, WeightsError
 from workstation.ui import render, results, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
 from workstation.ui.threshold_view import threshold_switch

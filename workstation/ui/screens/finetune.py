@@ -14,11 +14,10 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from contracts.domain import InputError
 from storage.repository import NotFound
 from workstation import plugins
-from workstation.domain import InputError
-from workstation.training_runs import (TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output,
-                                       log_tail)
+from workstation.training_runs import TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output, log_tail
 from workstation.ui import gpu, render, state
 
 OTHER = "(another directory…)"

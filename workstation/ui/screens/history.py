@@ -7,8 +7,8 @@ from datetime import datetime, time, timedelta
 import pandas as pd
 import streamlit as st
 
+from contracts.domain import InputError, WeightsError
 from storage.repository import NotFound
-from workstation.domain import InputError, WeightsError
 from workstation.ui import exports, gold_editor, render, results, runs, state
 
 PAGE_SIZE = 50

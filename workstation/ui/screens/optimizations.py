@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import streamlit as st
 
+from contracts.domain import InputError, WeightsError
 from storage.repository import NotFound
 from workstation import plugins
-from workstation.domain import InputError, WeightsError
 from workstation.ui import render, results, runs, state
 
 SWITCH_NOTE = {

@@ -7,10 +7,10 @@ from html import escape
 import pandas as pd
 import streamlit as st
 
+from contracts.domain import InputError, WeightsError
 from storage.repository import NotFound
 from workstation import review
 from workstation.agreement import Mention, agreement
-from workstation.domain import InputError, WeightsError
 from workstation.ui import gold_editor, render, runs, state
 from workstation.ui.agreement_view import agreement_table
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from contracts.domain import InputError, WeightsError
 from workstation import thresholds
-from workstation.domain import InputError, WeightsError
 from workstation.thresholds import TypeTuning
 from workstation.ui import render, runs, state
 from workstation.ui.threshold_view import curves_chart, tuning_table

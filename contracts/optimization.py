@@ -4,7 +4,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Literal
 
-from workstation.models import LoadedModel
+from contracts.model import LoadedModel
 
 Switch = Literal["live", "reload", "restart"]
 

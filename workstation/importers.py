@@ -6,7 +6,7 @@ model family validate every example; `import_dataset` does both and writes all e
 transaction — a broken file imports nothing, and the error names the line or task.
 
 Annotation tools store regions (typed spans) and relations between them, not tuples. The reading is
-the inverse of `storage.exporters._place`, so exporting a run and importing the file gives back the
+the inverse of `plugins.exporters._place`, so exporting a run and importing the file gives back the
 run's tuples:
 - a relation head -> tail labelled R becomes the tuple [head, tail typed R]; when the tail region's own
   label is not R (a tool project with entity labels and relation labels), the tail is typed "R(label)",
@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workstation.domain import Document, InputError
+from contracts.domain import Document, InputError
+from contracts.names import Reads
 from workstation.inputs import json_line, json_problem, loads, require_file
 
 FORMATS = ("jsonl", "label-studio", "doccano")
@@ -481,11 +482,10 @@ def prepare(parsed: ParsedDataset, validate: Validate, *, schema: dict | None = 
 
 
 def label_driven(model: str) -> bool:
-    """Does the model take labels (SeqGPT) rather than a schema (RexUniNLU)? Its task presets say."""
+    """Does the model take labels (SeqGPT) rather than a schema (RexUniNLU)? The model declares it."""
     from workstation import plugins
     family = plugins.model_families().get(model)
-    presets = list(family.tasks.values()) if family else []
-    return bool(presets) and isinstance(presets[0].schema, list)
+    return family is not None and family.reads == Reads.LABELS
 
 
 @dataclass
@@ -503,7 +503,7 @@ class ImportReport:
 
 
 def family_validator(model: str) -> Validate:
-    from workstation import engine                      # the engine loads torch: only when a model must judge
+    from workstation import engine  # the engine loads torch: only when a model must judge
     return engine.family(model).validate_gold
 
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from contracts.model import LoadedModel
 from workstation import engine
-from workstation.models import LoadedModel
 
 ModelKey = tuple[str, str, str, str, frozenset]     # (model, weights, device, dtype, reload-type optimizations)
 

@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from workstation.domain import WeightsError
+from contracts.domain import WeightsError
 
 
 def read_state_dict(weights: Path, files: Sequence[str]) -> dict[str, torch.Tensor]:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import demo_weights, environment, mixed_texts, sync
+from contracts.domain import Document
+from contracts.model import DEMO_MARKER
+from contracts.stages import IDLE, StageClock
 from workstation import engine
-from workstation.bench.common import demo_weights, environment, mixed_texts, sync
-from workstation.domain import Document
-from workstation.models import DEMO_MARKER
-from workstation.stages import IDLE, StageClock
 
 MIB = 1 << 20
 LABELS = ["人物", "地理位置", "组织机构", "时间", "作品", "赛事", "职位", "产品"]
@@ -107,6 +107,7 @@ def _same(a: list, b: list) -> str:
 def seqgpt_e2e(args) -> dict:
     import transformers
     from transformers import BloomForCausalLM
+
     from plugins.optimizations.fused_attention import FusedAttention
     from plugins.seqgpt import loading
     from plugins.seqgpt.prompting import prompts_for

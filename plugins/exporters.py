@@ -22,49 +22,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from workstation.domain import Document, Result, Span, unread_chars
-from workstation.hookspecs import hookimpl
-from storage.views import RunDetail
-
-
-@dataclass
-class ExportReport:
-    documents: int = 0
-    spans: int = 0
-    relations: int = 0
-    skipped: int = 0             # ungrounded spans the format cannot place (relations needing them go too)
-    invalid: int = 0             # tuples left out: a span's offsets are not a span of the text
-    format: str = ""
-    path: Path | None = None
-
-    def message(self) -> str:
-        text = f"{self.documents} documents, {self.spans} spans"
-        if self.relations:
-            text += f", {self.relations} relations"
-        if self.skipped:
-            text += f"; {self.skipped} spans without a position in the text were skipped"
-        if self.invalid:
-            text += (f"; {self.invalid} tuples were left out because a span's offsets are not a span of its "
-                     "text (empty, reversed, outside the text, or covering other text)")
-        return text
-
-
-@dataclass(frozen=True)
-class Exporter:
-    name: str                                                  # the id the UI and CLI use: "csv", "label-studio"
-    suffix: str
-    write: Callable[[Sequence[RunDetail], Path], ExportReport]
-    title: str = ""
-    mime: str = "application/octet-stream"
-
+from contracts.domain import Document, Result, Span, unread_chars
+from contracts.exporter import Exporter, ExportReport
+from contracts.hookspecs import hookimpl
+from contracts.runs import RunDetail
 
 # ---- shared rows --------------------------------------------------------------------------------------
 
@@ -350,7 +317,7 @@ def write_doccano(runs: Sequence[RunDetail], path: Path) -> ExportReport:
     return report
 
 
-# ---- the plugin and the helpers the UI and CLI call -------------------------------------------------------
+# ---- the plugin -------------------------------------------------------
 
 @hookimpl
 def register_exporters(register):
@@ -365,39 +332,3 @@ def register_exporters(register):
                       "application/json"))
     register(Exporter("doccano", ".jsonl", write_doccano, "doccano relation project (JSONL)",
                       "application/x-ndjson"))
-
-
-def exporters() -> dict[str, Exporter]:
-    """name -> Exporter from every plugin, in registration order."""
-    from workstation import plugins
-    return plugins.exporters()
-
-
-def export_runs(store, run_ids: Sequence[int], fmt: str, path: str | Path) -> ExportReport:
-    """Write the runs in one format. The file appears complete or not at all (temp file, then rename)."""
-    available = exporters()
-    if fmt not in available:
-        raise ValueError(f"unknown export format {fmt!r}; available: {', '.join(available)}")
-    runs = [store.get_run(run_id) for run_id in run_ids]
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".part", dir=path.parent)
-    os.close(fd)
-    try:
-        report = available[fmt].write(runs, Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    report.format, report.path = fmt, path
-    return report
-
-
-def export_bytes(store, run_ids: Sequence[int], fmt: str) -> tuple[bytes, str, ExportReport]:
-    """(file bytes, suggested file name, report): what a download button needs."""
-    exporter = exporters().get(fmt)
-    suffix = exporter.suffix if exporter else ""
-    name = f"runs-{'-'.join(str(i) for i in run_ids[:5])}{'-etc' if len(run_ids) > 5 else ''}{suffix}"
-    with tempfile.TemporaryDirectory() as folder:
-        report = export_runs(store, run_ids, fmt, Path(folder) / name)
-        return (Path(folder) / name).read_bytes(), name, report

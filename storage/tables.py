@@ -65,7 +65,7 @@ class RunRecord(Base):
     peak_memory_bytes: Mapped[int | None]
     label: Mapped[str | None] = mapped_column(Text)
     note: Mapped[str | None] = mapped_column(Text)
-    # {"seconds": {stage: s}, "device_busy": share, "backoffs": [...]}: workstation/stages.py
+    # {"seconds": {stage: s}, "device_busy": share, "backoffs": [...]}: contracts/stages.py
     stages: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     # NULL while the run's documents are still being written (in short transactions): hidden from History.
     finished_at: Mapped[datetime | None] = mapped_column(index=True)

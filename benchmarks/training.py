@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import SENTENCES, demo_weights, environment, sync
+from contracts.domain import Document, InputError
 from workstation import engine
-from workstation.bench.common import SENTENCES, demo_weights, environment, sync
-from workstation.domain import Document, InputError
 
 SHAPES = {"rexuninlu": (16, 512), "seqgpt": (8, 1024)}          # (batch, tokens per row)
 MODEL_TYPES = {"deberta-v2": "rexuninlu", "bloom": "seqgpt"}

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from workstation.domain import Document, InputError, Result, require_text
-from workstation.stages import IDLE, StageClock
+from contracts.domain import Document, InputError, Result, require_text
+from contracts.names import Kernel, Reads
+from contracts.stages import IDLE, StageClock
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class TaskPreset:
     name: str
     title: str
     text: str
-    schema: Any                       # RexUniNLU: the schema dict; SeqGPT: the label list
+    schema: Any                       # a schema dict (Reads.SCHEMA) or a label list (Reads.LABELS)
     description: str = ""
 
 
@@ -33,7 +34,7 @@ class Knobs:
     """
 
     dtype: str = "fp32"
-    attention: str = "eager"
+    attention: str = Kernel.EAGER
     unpad: bool = False
     cuda_graphs: bool = False
     checkpointing: bool = False
@@ -48,8 +49,8 @@ class LoadedModel(ABC):
     device: str
     is_demo: bool
     knobs: Knobs
-    attention_backends: tuple[str, ...] = ("eager", "sdpa")   # the first is the reference maths
-    capabilities: frozenset[str] = frozenset()   # of "unpad", "cuda_graphs", "checkpointing", "reduced_precision"
+    attention_backends: tuple[str, ...] = (Kernel.EAGER, Kernel.SDPA)   # the first is the reference maths
+    capabilities: frozenset[str] = frozenset()   # of contracts.names.Capability
     graph_scope: str = ""     # what CUDA-graph capture covers in this model (the memory-pool plugin shows it)
     clock: StageClock = IDLE  # the engine puts a fresh one here for each run; the model measures into it
 
@@ -71,9 +72,13 @@ class LoadedModel(ABC):
         (a fused kernel that is not installed, or has no kernels for this dtype)."""
         return wanted, ""
 
+    def attention_kernel(self) -> str:
+        """The kernel that runs now, with these knobs and this dtype: what a run records."""
+        return self.resolve_attention(self.knobs.attention)[0]
+
     def describe(self) -> dict[str, Any]:
         return {"model": self.family.name, "weights": str(self.weights), "device": self.device,
-                "demo": self.is_demo, "dtype": self.knobs.dtype, "attention": self.knobs.attention}
+                "demo": self.is_demo, "dtype": self.knobs.dtype, "attention": self.attention_kernel()}
 
     def training(self) -> "Training":
         """What fine-tuning needs from this model (workstation/finetune.py runs the loop)."""
@@ -118,6 +123,9 @@ class ModelFamily(ABC):
     name: str
     title: str
     tasks: dict[str, TaskPreset]
+    reads: Reads = Reads.SCHEMA           # what documents carry for it: a schema, or a task and labels
+    needs_weights: bool = True            # False: runs without a checkpoint (rules, dictionaries); `load` gets
+                                          # the configured directory, which may not exist
     options: dict[str, Any] = {}          # extract() options and their defaults (the UI draws widgets)
     option_choices: dict[str, tuple] = {}  # options that take one of a few values: the UI offers a choice
 
@@ -134,9 +142,10 @@ class ModelFamily(ABC):
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> LoadedModel:
         """Load the official checkpoint layout strictly; raise WeightsError with an actionable message."""
 
-    @abstractmethod
-    def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
-        """Write random-weight checkpoints of the real architecture ("full" or "tiny") and return the dir."""
+    def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path | None:
+        """Write random-weight checkpoints of the real architecture ("full" or "tiny") and return the dir.
+        Optional: a model with no demo weights returns None, and the host then needs real weights."""
+        return None
 
     def validate_gold(self, document: Document, output: Any) -> list:
         """A corrected result (our `output` shape) fit to train on: raise InputError naming the problem

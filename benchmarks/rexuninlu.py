@@ -6,10 +6,19 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import (
+    NER_SCHEMA,
+    demo_weights,
+    environment,
+    mixed_texts,
+    span_agreement,
+    sync,
+    timed_run,
+    tuple_keys,
+)
+from contracts.domain import Document, InputError
 from workstation import engine
-from workstation.bench.common import (NER_SCHEMA, demo_weights, environment, mixed_texts, span_agreement, sync,
-                                      timed_run, tuple_keys)
-from workstation.domain import Document, InputError
+
 
 def rex_batching(args) -> dict:
     """NER documents/s: one window at a time (the reference's way) vs batched, fp32 eager."""
@@ -135,8 +144,8 @@ def rex_e2e(args) -> dict:
     "Before" rows run the host path as it was before the end-to-end rebuild (each batch read back
     before the next is queued; spans paired on the host), so one run shows what the rebuild changed.
     """
-    from workstation.bench import save
-    from workstation.bench.density import DENSITIES, calibrate
+    from benchmarks import save
+    from benchmarks.density import DENSITIES, calibrate
     device = engine.resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False
     weights = Path(args.weights) if args.weights else demo_weights(args, "rexuninlu")

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from workstation.bench.common import NER_SCHEMA, SENTENCES, environment
+from benchmarks.common import NER_SCHEMA, SENTENCES, environment
 
 
 def _free_port() -> int:
@@ -27,6 +27,7 @@ def _free_port() -> int:
 
 def _serve(settings):
     import uvicorn
+
     from workstation.api.app import create_app
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning"))

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import SENTENCES, demo_weights, environment, sync
 from workstation import engine
-from workstation.bench.common import SENTENCES, demo_weights, environment, sync
 
 MIB = 1 << 20
 HF = "transformers generate"
@@ -191,6 +191,7 @@ def _use(model, attention: str, graphs: bool) -> None:
 
 def seqgpt_generate(args) -> dict:
     from transformers import BloomForCausalLM
+
     from plugins.optimizations.fused_attention import FusedAttention
     from plugins.seqgpt.family import DTYPES
     from plugins.seqgpt.generation import Batch, GenerationSettings

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.common import NER_SCHEMA, demo_weights, environment, mixed_texts, sync
+from contracts.domain import InputError
 from workstation import engine
-from workstation.bench.common import NER_SCHEMA, demo_weights, environment, mixed_texts, sync
-from workstation.domain import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {                          # name -> (cuda graphs, expandable segments)
@@ -46,7 +46,7 @@ def window_pool(model, n_texts: int, seed: int) -> list:
 def run_variant(weights: str, device: str, graphs: bool, batches: int, seed: int, links_file: str) -> dict:
     """In the child: the random batches through one configuration; allocator statistics. The links
     decoded for every window go to links_file for the parent to compare."""
-    from workstation.bench.rexuninlu import configure
+    from benchmarks.rexuninlu import configure
     model = engine.load_model("rexuninlu", Path(weights), device, "fp32")
     configure(model, "bf16", model.attention_backends[-1], graphs, unpad=True)
     windows = window_pool(model, 600, seed)
@@ -86,7 +86,7 @@ def in_child(call: list, expandable: bool) -> tuple[dict, list[set]]:
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_CUDA_ALLOC_CONF"}
     if expandable:
         env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    code = (f"import sys, json; sys.path.insert(0, {str(ROOT)!r}); from workstation.bench.memory import "
+    code = (f"import sys, json; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.memory import "
             f"run_variant; print(json.dumps(run_variant(*json.loads(sys.argv[1]))))")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(call)], env=env, cwd=ROOT,
                           capture_output=True, text=True)

@@ -12,7 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
-from workstation.bench import api, memory, rexuninlu, seqgpt, seqgpt_e2e, training
+from benchmarks import api, memory, rexuninlu, seqgpt, seqgpt_e2e, training
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
 BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **seqgpt_e2e.BENCHMARKS, **memory.BENCHMARKS,
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--densities", type=lambda s: s.split(","), default=None,
-                   help="rex-e2e: output densities (sparse,realistic,dense; workstation/bench/density.py)")
+                   help="rex-e2e: output densities (sparse,realistic,dense; benchmarks/density.py)")
     p.add_argument("--out", type=Path, default=None, help="JSON results file")
     p.add_argument("--dtype", default="fp16", choices=["fp32", "fp16", "bf16"], help="seqgpt-generate")
     p.add_argument("--new-tokens", type=int, default=128, help="seqgpt-generate: max new tokens")

@@ -1,0 +1,45 @@
+"""The export-format contract: a plugin registers `Exporter`s through the `register_exporters` hook.
+
+`write(runs, path)` receives the runs to export as `RunDetail`s (contracts/runs.py: each run's summary,
+settings and its documents with their results), writes one file at `path` and returns an `ExportReport`.
+The host writes to a temporary path and renames it only when `write` returns, so a failing exporter
+leaves no partial file behind.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from contracts.runs import RunDetail
+
+
+@dataclass
+class ExportReport:
+    documents: int = 0
+    spans: int = 0
+    relations: int = 0
+    skipped: int = 0             # ungrounded spans the format cannot place (relations needing them go too)
+    invalid: int = 0             # tuples left out: a span's offsets are not a span of the text
+    format: str = ""
+    path: Path | None = None
+
+    def message(self) -> str:
+        text = f"{self.documents} documents, {self.spans} spans"
+        if self.relations:
+            text += f", {self.relations} relations"
+        if self.skipped:
+            text += f"; {self.skipped} spans without a position in the text were skipped"
+        if self.invalid:
+            text += (f"; {self.invalid} tuples were left out because a span's offsets are not a span of its "
+                     "text (empty, reversed, outside the text, or covering other text)")
+        return text
+
+
+@dataclass(frozen=True)
+class Exporter:
+    name: str                                                  # the id the UI and CLI use: "csv", "label-studio"
+    suffix: str
+    write: Callable[[Sequence[RunDetail], Path], ExportReport]
+    title: str = ""
+    mime: str = "application/octet-stream"
