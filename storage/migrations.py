@@ -319,6 +319,31 @@ CREATE INDEX IF NOT EXISTS ix_thresholds_weights ON thresholds (model, weights, 
 """)
 
 
+# Runs requested through the HTTP API are recorded as source 'api' (before, they were filed as 'cli'), so
+# History can tell programs from people. SQLite cannot alter a CHECK constraint: the table is rebuilt.
+_SOURCE_CHECK = re.compile(r"CHECK\s*\(\s*source\s+IN\s*\(\s*'ui'\s*,\s*'batch'\s*,\s*'cli'\s*\)\s*\)", re.IGNORECASE)
+
+
+@migration
+def m009_api_source(conn: Connection) -> None:
+    (definition,) = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").one()
+    if "'api'" in definition:
+        return
+    rebuilt = _SOURCE_CHECK.sub("CHECK (source IN ('ui', 'batch', 'cli', 'api'))", definition, count=1)
+    rebuilt = re.sub(r"^CREATE TABLE\s+(\"?runs\"?)", "CREATE TABLE runs_rebuilt", rebuilt, count=1)
+    if "'api'" not in rebuilt or "runs_rebuilt" not in rebuilt:
+        raise RuntimeError(f"cannot read the runs table's definition to rebuild it: {definition!r}")
+    extras = [r[0] for r in conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE tbl_name = 'runs' AND type IN ('index', 'trigger') AND sql IS NOT NULL")]
+    columns = ", ".join(f'"{r[1]}"' for r in conn.exec_driver_sql("PRAGMA table_info(runs)"))
+    conn.exec_driver_sql(rebuilt)
+    conn.exec_driver_sql(f"INSERT INTO runs_rebuilt ({columns}) SELECT {columns} FROM runs")
+    conn.exec_driver_sql("DROP TABLE runs")
+    conn.exec_driver_sql("ALTER TABLE runs_rebuilt RENAME TO runs")
+    for statement in extras:
+        conn.exec_driver_sql(statement)
+
+
 class SchemaTooNew(RuntimeError):
     pass
 

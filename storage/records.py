@@ -23,7 +23,7 @@ from storage.views import Dataset, GoldExample, JobStatus, RunSummary, TrainingR
 if TYPE_CHECKING:
     from contracts.report import RunReport
 
-SOURCES = ("ui", "batch", "cli")
+SOURCES = ("ui", "batch", "cli", "api")
 WEIGHT_SUFFIXES = {".bin", ".safetensors", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf"}
 _HASHED_BYTES_LIMIT = 8 << 20
 

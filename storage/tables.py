@@ -45,7 +45,7 @@ class RunRecord(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     created_at: Mapped[datetime] = mapped_column(index=True)
-    source: Mapped[str]                                   # 'ui' | 'batch' | 'cli'
+    source: Mapped[str]                                   # 'ui' | 'batch' | 'cli' | 'api'
     model: Mapped[str]
     task: Mapped[str | None]
     weights: Mapped[str]

@@ -93,7 +93,8 @@ def test_extract_gives_the_cli_result_lines_and_the_run_is_in_history(client, tm
     run = client.get(f"/v1/runs/{answer['run_id']}")
     assert run.status_code == 200, run.text
     run = run.json()
-    assert run["documents"] == len(TEXTS) and run["settings"]["surface"] == "api"
+    assert run["documents"] == len(TEXTS) and run["settings"]["surface"] == "api" and run["source"] == "api"
+    assert answer["run_id"] in [r["id"] for r in client.get("/v1/runs", params={"source": "api"}).json()["runs"]]
     assert [item["result"] for item in run["items"]] == cli_lines
     found = client.get("/v1/runs", params={"q": "巴塞罗那"}).json()
     assert found["total"] == 1 and found["runs"][0]["id"] == answer["run_id"]

@@ -171,3 +171,27 @@ def test_a_new_database_never_reuses_run_ids(tmp_path):
     store.delete_run(first)
     assert store.record_run(make_report(results), docs, "ui") == first + 1
     store.close()
+
+
+def test_m009_lets_runs_come_from_the_api_and_keeps_older_runs_their_documents_and_search(tmp_path):
+    path = tmp_path / "runs.db"
+    engine = create_sqlite_engine(path)
+    migrations.migrate(engine, upto="m008_thresholds_and_review")
+    engine.dispose()
+    docs, results = ner_run()
+    old_id = record_in_older_schema(path, make_report(results), docs, "cli")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE runs SET finished_at = created_at WHERE id = ?", (old_id,))   # a complete run
+    with sqlite3.connect(path) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE runs SET source = 'api' WHERE id = ?", (old_id,))   # the old CHECK refuses it
+
+    store = open_store(path)
+    assert store.schema_version() == ALL
+    api_id = store.record_run(make_report(results), docs, "api")
+    assert api_id > old_id                                           # AUTOINCREMENT survived the rebuild
+    assert [r.source for r in store.search_runs(source="api")] == ["api"]
+    assert {r.id for r in store.search_runs("阿里巴巴")} == {old_id, api_id}   # documents and the index kept
+    assert len(store.get_run(old_id).items) == len(docs)
+    with pytest.raises(ValueError):
+        store.record_run(make_report(results), docs, "robot")
+    store.close()

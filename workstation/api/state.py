@@ -158,9 +158,7 @@ class ApiState:
                 snapshot = {"surface": "api", "summary": own.summary(),
                             "shared_pass": {"requests": len(requests), "documents": report.documents}}
                 try:
-                    # The store knows 'ui', 'batch' and 'cli'; API runs are programmatic runs like the CLI's,
-                    # told apart by settings.surface.
-                    run_id = self.store.record_run(own, r.documents, "cli", settings_snapshot=snapshot)
+                    run_id = self.store.record_run(own, r.documents, "api", settings_snapshot=snapshot)
                 except Exception as e:          # noqa: BLE001 - the results stand; the response says so
                     log.warning("an API run was not recorded: %s", e)
             out.append(Extraction(run_id, own, len(requests)))
