@@ -164,6 +164,30 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
             raise
         return run_id
 
+    def record_runs(self, runs: Sequence[tuple[RunReport, list[Document], str, dict | None]]) -> list[int]:
+        """Store several small finished runs — (report, documents, source, settings snapshot) each — in ONE
+        write transaction (a group commit: the HTTP API records every request of a pass at once). All or
+        nothing, and each run is listed once it commits. Runs too large for one transaction are written by
+        `record_run`, one after the other."""
+        for report, documents, _, _ in runs:
+            check_results(report, documents)
+        chars = sum(len(d.text) for _, documents, _, _ in runs for d in documents)
+        if chars > self.CHUNK_CHARS or sum(len(documents) for _, documents, _, _ in runs) > self.CHUNK_DOCUMENTS:
+            return [self.record_run(report, documents, source, settings_snapshot=snapshot)
+                    for report, documents, source, snapshot in runs]
+        ids = []
+        with self._write() as s:
+            finished = utcnow()
+            for report, documents, source, snapshot in runs:
+                run = run_header(report, len(documents), source, None, snapshot, None, None)
+                run.finished_at = finished
+                s.add(run)
+                s.flush()
+                s.add_all([document_record(run.id, position, doc, result)
+                           for position, (doc, result) in enumerate(zip(documents, report.results))])
+                ids.append(run.id)
+        return ids
+
     def search_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,
                     since: datetime | None = None, until: datetime | None = None, limit: int = 100,
                     offset: int = 0, source: str | None = None, cut: bool = False) -> list[RunSummary]:

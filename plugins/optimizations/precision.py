@@ -20,7 +20,10 @@ class Precision(Optimization):
         return True, "casts the loaded weights in place"
 
     def enable(self, model, dtype: str = "bf16", **_):
-        model.set_dtype(dtype)
+        # Re-enabling on every run (the UI and the API apply the selection per run) must not re-cast the
+        # weights: a cast drops the model's captured CUDA graphs, which would then be captured again.
+        if model.knobs.dtype != dtype:
+            model.set_dtype(dtype)
         return dtype
 
     def disable(self, model):

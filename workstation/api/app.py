@@ -266,7 +266,8 @@ def _routes(app: FastAPI, state: ApiState) -> None:
         except Cancelled:
             raise ApiError(409, "cancelled", "the run was cancelled") from None
         report = extraction.report
-        return {"run_id": extraction.run_id, "model": report.model, "device": report.device, "dtype": report.dtype,
+        run_id = await asyncio.wrap_future(extraction.recorded)          # in History before the answer goes out
+        return {"run_id": run_id, "model": report.model, "device": report.device, "dtype": report.dtype,
                 "demo": report.demo, "optimizations": report.optimizations, "shared_pass": extraction.shared_with,
                 "wall_seconds": report.wall_seconds, "results": [r.to_json() for r in report.results]}
 

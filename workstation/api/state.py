@@ -8,6 +8,7 @@ store, so History shows it. Jobs are the UI's batch jobs: the same tables and th
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -18,6 +19,7 @@ from contracts.report import RunReport
 from storage.repository import Store, open_store
 from workstation import engine, plugins
 from workstation.api.lanes import LaneRequest, Lanes, RunConfig
+from workstation.api.recorder import Recorder
 from workstation.jobs import JobRunner
 from workstation.monitor import GpuRecorder, NvmlMonitor
 from workstation.settings import Settings
@@ -30,9 +32,10 @@ OPTION_LIMIT = 4096          # no numeric model option above this: a typo must n
 
 @dataclass
 class Extraction:
-    """One request's share of a pass: its run in the history and its results in input order."""
+    """One request's share of a pass: its results in input order, and its run's id in the history once
+    the recorder has written it (None when not recorded)."""
 
-    run_id: int | None
+    recorded: Future
     report: RunReport
     shared_with: int                    # requests in the pass (1: it ran alone)
 
@@ -46,6 +49,7 @@ class ApiState:
         self.record = record
         api = settings.api
         self.lanes = Lanes(self._execute, api.queue_size, api.batch_wait_ms / 1000, api.max_batch_documents)
+        self.recorder = Recorder(self.store)
         self.jobs = JobRunner(self.store)
         self._monitor_factory = monitor_factory
         self.gpus: GpuRecorder | None = None
@@ -60,6 +64,7 @@ class ApiState:
 
     def stop(self) -> None:
         self.lanes.stop()
+        self.recorder.stop()
         if self.gpus is not None:
             self.gpus.stop()
 
@@ -153,15 +158,14 @@ class ApiState:
             # The pass's time and memory are every request's; its tokens are shared out by text length.
             own = replace(report, documents=len(r.documents), results=results,
                           tokens=round(report.tokens * share) if len(requests) > 1 else report.tokens)
-            run_id = None
             if self.record:
                 snapshot = {"surface": "api", "summary": own.summary(),
                             "shared_pass": {"requests": len(requests), "documents": report.documents}}
-                try:
-                    run_id = self.store.record_run(own, r.documents, "api", settings_snapshot=snapshot)
-                except Exception as e:          # noqa: BLE001 - the results stand; the response says so
-                    log.warning("an API run was not recorded: %s", e)
-            out.append(Extraction(run_id, own, len(requests)))
+                recorded = self.recorder.record(own, r.documents, snapshot)
+            else:
+                recorded = Future()
+                recorded.set_result(None)
+            out.append(Extraction(recorded, own, len(requests)))
         return out
 
     # ---- jobs ----------------------------------------------------------------------------------------

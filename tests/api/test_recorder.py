@@ -1,0 +1,66 @@
+"""The API's runs: written off the device's path, several per transaction, each in History when answered."""
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "storage"))
+
+from workstation.api.recorder import Recorder  # noqa: E402
+
+from sample_runs import make_report, ner_run  # noqa: E402
+
+
+def test_record_runs_writes_several_runs_in_one_transaction_all_listed_and_whole(store):
+    docs, results = ner_run()
+    ids = store.record_runs([(make_report(results), docs, "api", {"surface": "api"}) for _ in range(3)])
+    assert len(set(ids)) == 3
+    listed = store.search_runs(source="api")
+    assert sorted(r.id for r in listed) == sorted(ids) and all(r.finished_at for r in listed)
+    assert [len(store.get_run(i).items) for i in ids] == [len(docs)] * 3
+    bad = make_report(results[:1])                      # fewer results than documents: refused, nothing written
+    try:
+        store.record_runs([(make_report(results), docs, "api", None), (bad, docs, "api", None)])
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a run with missing results was accepted")
+    assert store.count_runs(source="api") == 3
+
+
+def test_runs_that_gather_while_one_is_written_go_in_together(store):
+    docs, results = ner_run()
+    release, writing = threading.Event(), threading.Event()
+    real = store.record_runs
+
+    def slow_first(runs):
+        if not writing.is_set():
+            writing.set()
+            release.wait(30)
+        return real(runs)
+    store.record_runs = slow_first
+    recorder = Recorder(store)
+    try:
+        first = recorder.record(make_report(results), docs, {})
+        assert writing.wait(30)
+        rest = [recorder.record(make_report(results), docs, {}) for _ in range(3)]
+        release.set()
+        ids = [f.result(30) for f in [first, *rest]]
+    finally:
+        recorder.stop()
+    assert recorder.groups == [1, 3] and None not in ids and len(set(ids)) == 4
+    assert store.count_runs(source="api") == 4
+
+
+def test_a_store_that_fails_leaves_the_run_id_empty_but_answers(store):
+    docs, results = ner_run()
+
+    def broken(runs):
+        raise RuntimeError("disk full")
+    store.record_runs = broken
+    recorder = Recorder(store)
+    try:
+        assert recorder.record(make_report(results), docs, {}).result(30) is None
+    finally:
+        recorder.stop()
