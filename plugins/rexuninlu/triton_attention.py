@@ -44,36 +44,51 @@ if triton is not None:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
+        # The segments (windows) these rows hold: a key tile whose windows lie outside [seg_lo, seg_hi] has
+        # no allowed pair with them (a packed row's other windows, padding), so it is skipped whole. Its
+        # scores would all be -inf, which leaves m, l and acc exactly as they are: skipping is lossless.
+        seg_lo = tl.min(tl.where(seg_q >= 0, seg_q, 2147483647))
+        seg_hi = tl.max(seg_q)
         for start in range(0, L, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_ok = cols < L
-            kv = b * sk_b + h * sk_h + cols[:, None] * sk_l + dims[None, :]
-            k = tl.load(K + kv, mask=col_ok[:, None], other=0.0)
-            v = tl.load(V + kv, mask=col_ok[:, None], other=0.0)
-            pos_k = tl.load(POS + b * sp_b + cols, mask=col_ok, other=0)
-            grp_k = tl.load(GRP + b * sp_b + cols, mask=col_ok, other=-2)
-            typ_k = tl.load(TYP + b * sp_b + cols, mask=col_ok, other=0)
             seg_k = tl.load(SEG + b * sp_b + cols, mask=col_ok, other=-1)
-            idx = tl.minimum(tl.maximum(pos_q[:, None] - pos_k[None, :] + SPAN, 0), 2 * SPAN - 1)
-            both = row_ok[:, None] & col_ok[None, :]
-            c2p = tl.load(c_rows + idx, mask=both, other=0.0).to(tl.float32)
-            p2c = tl.load(P + b * sc_b + h * sc_h + cols[None, :] * sc_l + idx, mask=both, other=0.0).to(tl.float32)
-            s = (tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) + c2p + p2c) * scale
-            glob_q, glob_k = grp_q[:, None] == -1, grp_k[None, :] == -1
-            same = (grp_q[:, None] == grp_k[None, :]) & (
-                (typ_q[:, None] == typ_k[None, :]) | (typ_q[:, None] == 0) | (typ_k[None, :] == 0))
-            allowed = (glob_q | glob_k | same) & (seg_q[:, None] == seg_k[None, :]) & (seg_k[None, :] >= 0) & both
-            s = tl.where(allowed, s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.exp(s - m_safe[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)
-            m_i = m_new
+            if (tl.max(seg_k) >= seg_lo) & (tl.min(tl.where(seg_k >= 0, seg_k, 2147483647)) <= seg_hi):
+                m_i, l_i, acc = _tile(Q, K, V, P, POS, GRP, TYP, q, c_rows, pos_q, grp_q, typ_q, seg_q, seg_k,
+                                      rows, row_ok, cols, col_ok, dims, b, h, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l,
+                                      sp_b, scale, m_i, l_i, acc, SPAN, PRECISION)
         out = acc / tl.where(l_i == 0, 1.0, l_i)[:, None]
         tl.store(O + b * so_b + h * so_h + rows[:, None] * so_l + dims[None, :], out.to(O.dtype.element_ty),
                  mask=row_ok[:, None])
+
+    @triton.jit
+    def _tile(Q, K, V, P, POS, GRP, TYP, q, c_rows, pos_q, grp_q, typ_q, seg_q, seg_k, rows, row_ok, cols, col_ok,
+              dims, b, h, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l, sp_b, scale, m_i, l_i, acc,
+              SPAN: tl.constexpr, PRECISION: tl.constexpr):
+        """One key tile of the online softmax: scores with the c2p/p2c bias, the isolation mask, update."""
+        kv = b * sk_b + h * sk_h + cols[:, None] * sk_l + dims[None, :]
+        k = tl.load(K + kv, mask=col_ok[:, None], other=0.0)
+        v = tl.load(V + kv, mask=col_ok[:, None], other=0.0)
+        pos_k = tl.load(POS + b * sp_b + cols, mask=col_ok, other=0)
+        grp_k = tl.load(GRP + b * sp_b + cols, mask=col_ok, other=-2)
+        typ_k = tl.load(TYP + b * sp_b + cols, mask=col_ok, other=0)
+        idx = tl.minimum(tl.maximum(pos_q[:, None] - pos_k[None, :] + SPAN, 0), 2 * SPAN - 1)
+        both = row_ok[:, None] & col_ok[None, :]
+        c2p = tl.load(c_rows + idx, mask=both, other=0.0).to(tl.float32)
+        p2c = tl.load(P + b * sc_b + h * sc_h + cols[None, :] * sc_l + idx, mask=both, other=0.0).to(tl.float32)
+        s = (tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) + c2p + p2c) * scale
+        glob_q, glob_k = grp_q[:, None] == -1, grp_k[None, :] == -1
+        same = (grp_q[:, None] == grp_k[None, :]) & (
+            (typ_q[:, None] == typ_k[None, :]) | (typ_q[:, None] == 0) | (typ_k[None, :] == 0))
+        allowed = (glob_q | glob_k | same) & (seg_q[:, None] == seg_k[None, :]) & (seg_k[None, :] >= 0) & both
+        s = tl.where(allowed, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)
+        return m_new, l_i, acc
 
 
 def available() -> bool:

@@ -29,3 +29,28 @@ def test_kernel_matches_eager_attention_on_packed_rows(rex_model):
     real = p.valid[:, None, :, None].expand_as(eager)
     assert torch.allclose(fused[real], eager[real], atol=1e-4)
     assert fused[~real].abs().max() == 0                 # padding rows: zeros, like XSoftmax
+
+
+def test_key_tiles_of_other_windows_and_padding_are_skipped_without_changing_the_output():
+    # Small tiles over a row packed with three windows and padding: most (query tile, key tile) pairs
+    # meet another window, and the kernel skips them; what it computes must still be the eager attention.
+    from types import SimpleNamespace
+    torch.manual_seed(1)
+    lengths = (20, 37, 23)
+    segments = torch.tensor([[s for s, n in enumerate(lengths) for _ in range(n)] + [-1] * 16])
+    positions = torch.tensor([[i for n in lengths for i in range(n)] + [0] * 16])
+    groups = torch.where(positions % 7 == 3, 1, -1) * (segments >= 0)        # a few prompt tokens, text global
+    types = torch.where(groups == 1, 1 + positions % 2, 0)
+    B, L = segments.shape
+    H, D, S = 2, 16, 64
+    q, k, v = (torch.randn(B, H, L, D) for _ in range(3))
+    c2p, p2c = torch.randn(B, H, L, 2 * S), torch.randn(B, H, L, 2 * S)
+    scale = 1 / (3 * D) ** 0.5
+    mask = isolation_mask(SimpleNamespace(groups=groups, types=types, segments=segments))
+    rel_idx = (positions[:, :, None] - positions[:, None, :] + S).clamp(0, 2 * S - 1)
+    eager = attend(q, k, v, c2p, p2c, Structure(positions, rel_idx, mask), scale, "eager")
+    fused = triton_attention.disentangled_attention(q, k, v, c2p, p2c, positions, groups, types, segments, scale,
+                                                    block_m=16, block_n=16)
+    real = (segments >= 0)[:, None, :, None].expand_as(eager)
+    assert torch.allclose(fused[real], eager[real], atol=1e-4)
+    assert fused[~real].abs().max() == 0
