@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 import torch
 
 from contracts.domain import Document, InputError, WeightsError
+from contracts.names import Reads
 from workstation import engine
 from workstation.inputs import json_line, require_file
 from workstation.training_events import Cancelled, StopRequest, TrainingEvents
@@ -92,10 +93,11 @@ def read_gold(path: Path, family) -> list[tuple[Document, list]]:
                 continue
             obj = json_line(raw, n, str(path))
             if not isinstance(obj, dict) or "text" not in obj or "output" not in obj:
-                raise InputError(f"{path}: each line needs \"text\" and \"output\", and what the model reads: "
-                                 "\"schema\" (rexuninlu) or \"task\" and \"labels\" (seqgpt)", n)
+                raise InputError(f"{path}: each line needs \"text\" and \"output\", and what {family.name} reads: "
+                                 f"{family.reads.fields()}", n)
             doc = Document(str(obj.get("id", n)), obj["text"], obj.get("schema"), obj.get("task"),
                            obj.get("labels"), line=n)
+            family.check_reads(doc)
             family.validate(doc)
             if not isinstance(doc.text, str) or not doc.text.strip():
                 raise InputError(f"{path}: empty text has nothing to learn from", n)
@@ -115,9 +117,9 @@ def _key(info, asked: set[str]) -> tuple:
                  for s in info)
 
 
-def _asked_types(doc: Document) -> set[str]:
-    """Every type the document asks for: schema keys at any level, or the label set."""
-    if isinstance(doc.schema, dict):
+def _asked_types(doc: Document, reads: Reads) -> set[str]:
+    """Every type the document asks for: schema keys at any level, or the label set (as the model reads it)."""
+    if reads == Reads.SCHEMA:
         found, stack = set(), [doc.schema]
         while stack:
             node = stack.pop()
@@ -146,7 +148,7 @@ def evaluate(model, gold_docs, batch_size: int, options: dict | None = None,
         for (doc, gold), result in zip(gold_docs, results):
             if stop is not None:
                 stop.check()
-            asked = _asked_types(doc)
+            asked = _asked_types(doc, model.family.reads)
             pred, true = {_key(t, asked) for t in result.tuples}, {_gold_key(t) for t in gold}
             for k in pred | true:
                 c = counts["/".join(t for t, _, _ in k)]

@@ -21,6 +21,11 @@ weights = "{weights}"
 device = "cpu"
 batch_size = 4
 
+[models.fakegen]
+weights = "{weights}"
+device = "cpu"
+batch_size = 4
+
 [storage]
 database = "{tmp / 'runs.db'}"
 demo_weights_dir = "{tmp / 'demo-weights'}"
