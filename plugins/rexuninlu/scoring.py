@@ -17,6 +17,7 @@ import torch
 
 from contracts.batching import is_out_of_memory
 from contracts.model import Knobs
+from contracts.names import Kernel
 from contracts.stages import IDLE, StageClock
 from plugins.rexuninlu.decoding import Links, Window
 from plugins.rexuninlu.modeling import RexModel
@@ -90,7 +91,7 @@ def isolation_mask(p: Packed) -> torch.Tensor:
 
 
 def run_network(network: RexModel, p: Packed) -> torch.Tensor:
-    if network.attention_backend == "triton":           # the kernel applies the mask rule itself
+    if network.attention_backend == Kernel.TRITON:      # the kernel applies the mask rule itself
         return network(p.ids, p.positions, None, p.valid, p.segments, (p.groups, p.types, p.segments))
     return network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
 

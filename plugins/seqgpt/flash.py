@@ -34,9 +34,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from contracts.names import Kernel
 from plugins.seqgpt.modeling import AttentionInputs, register_attention_backend
 
-NAME = "flash"
+NAME = Kernel.FLASH
 
 
 @dataclass

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
+from contracts.names import Kernel
 from plugins.seqgpt.decoders import PlainDecoder
 from plugins.seqgpt.modeling import Bloom
 
@@ -412,7 +413,7 @@ class StopCheck:
 
 @torch.inference_mode()      # also for the static runs it allocates: they are reused only in here
 def generate(network: Bloom, prompts: Sequence[EncodedPrompt], settings: GenerationSettings,
-             attention: str = "eager", graphs: "DecodeGraphs | None" = None,
+             attention: str = Kernel.EAGER, graphs: "DecodeGraphs | None" = None,
              on_step: Callable[[], None] | None = None) -> Generation:
     """Generate for left-padded prompts. With `graphs`, decode through static shapes (captured as CUDA
     graphs on a GPU); the tokens are those of the plain path. on_step: called after each decode
