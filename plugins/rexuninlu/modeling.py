@@ -1,4 +1,4 @@
-"""The RexUniNLU network: a DeBERTa-v2 encoder variant plus a rotary span head (spec §1.4).
+"""The RexUniNLU network: a DeBERTa-v2 encoder variant plus a rotary span head (docs/models/rexuninlu.md §1.4).
 
 What differs from stock `DebertaV2Model`, and why we write our own:
   * relative positions are taken from the prompt's custom position ids, un-bucketed;
@@ -7,7 +7,7 @@ What differs from stock `DebertaV2Model`, and why we write our own:
   * the head: RoPE over the full hidden size on ffnq/ffnk, logits = q k^T with no scaling.
 
 Attention lives in `attend()`, one switch with an eager path (the reference maths) and SDPA.
-Padding rules for batching (spec §2.7): pad embeddings are zeroed before the conv (as the
+Padding rules for batching (docs/models/rexuninlu.md §2.7): pad embeddings are zeroed before the conv (as the
 unpadded conv's zero padding would see them) and pad keys are masked.
 
 Dropout sits where DeBERTa-v2 has it (embeddings, relative embeddings, attention probabilities,

@@ -1,9 +1,9 @@
-"""Windows -> batched forward -> the links decoding needs (the batcher of design.md §2).
+"""Windows -> batched forward -> the links decoding needs (the batcher of docs/architecture.md §3).
 
 Rows: each row of a batch holds one window (padded), or — with `knobs.unpad` — several short
 windows packed end to end, kept apart by the mask and the ConvLayer (lossless). With
 `knobs.cuda_graphs` each (rows, length) shape is captured once as a CUDA graph and replayed.
-Padding follows spec §2.7 so a window scores the same in any batch.
+Padding follows docs/models/rexuninlu.md §2.7 so a window scores the same in any batch.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ when the chunk is shorter than the longest chunk of its own document (`EncodedPr
 whatever batch we actually run it in. With that, cross-document batching changes nothing but the
 float rounding of equal maths.
 
-Version drift (spec §1.4): the reference pinned transformers 4.28.1, which divided by the full row
+Version drift (docs/models/seqgpt.md §1.4): the reference pinned transformers 4.28.1, which divided by the full row
 length (left pads + prompt + generated, EOS excluded), used that length in the done check too, and
 at max_length finished the running beams rather than the top candidates; there the result could
 depend on how much padding a batch had. We follow 5.17.0, the version we pin and test against; on

@@ -1,7 +1,7 @@
 """BLOOM, the network under SeqGPT-560M: config, attention backends, attention, MLP, block, model.
 
 The eager path does Hugging Face BloomForCausalLM's arithmetic op for op (transformers 5.17.0,
-spec §2 and §3.1), so in fp32 it reproduces its logits bit for bit; the SDPA path expresses the
+docs/models/seqgpt.md §2 and §3.1), so in fp32 it reproduces its logits bit for bit; the SDPA path expresses the
 same ALiBi attention through a float bias. Module names equal the checkpoint's keys (less the
 `transformer.` prefix), so the official state dict loads without renaming. Long prompts go through
 attention in query chunks, so no [B, H, L, L] tensor is ever built; the KV cache is in cache.py.

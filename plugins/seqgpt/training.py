@@ -7,8 +7,8 @@ followed by the answer the model should generate for that chunk and EOS:
   * extraction: one line per label of the chunk, in chunk order, `label: span1，span2` — spans in
     text order joined by `，` — and `label: None` for a label without a span. This is what
     parsing.parse_extraction reads and what the model's own outputs look like (`LOC: MELBOURNE`,
-    `时间: None`; spec §1.5). The reference repository publishes no training code, so the span
-    separator `，` is our choice among those seen (spec §6);
+    `时间: None`; docs/models/seqgpt.md §1.5). The reference repository publishes no training code, so the span
+    separator `，` is our choice among those seen (docs/models/seqgpt.md §6);
   * classification: the chosen labels in label-set order joined by `，`, or `None` if none is;
   * EOS (`</s>`) ends every answer: the model must learn to stop, and generation stops on it.
 
