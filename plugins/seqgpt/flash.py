@@ -59,7 +59,7 @@ class FlashAttention:
     name = NAME
 
     def __init__(self, kernels):
-        self.kernels = kernels            # the flash_attn module (tests pass a stand-in)
+        self.kernels = kernels            # the flash_attn module, or anything with its two functions
 
     def prepare(self, inputs: AttentionInputs, dtype: torch.dtype):
         q_len, kv = inputs.allowed.shape[2:]

@@ -86,9 +86,9 @@ def label_api(tmp_path):
     """The HTTP API serving only `fakegen`."""
     from fastapi.testclient import TestClient
 
+    from tests.fake_monitor import FakeMonitor
     from workstation import plugins
     from workstation.api.app import create_app
-    from workstation.monitor import FakeMonitor
     from workstation.settings import ApiSettings, ModelSettings, Settings
     plugins.load_plugins()
     plugin = FakePlugin()
