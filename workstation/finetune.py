@@ -3,7 +3,7 @@
 One loop for every model. The model plugin supplies `model.training()` (contracts.model.Training):
 the examples of a gold document, the loss of a micro-batch, the network, the official layout.
 
-Training: AdamW, linear warm-up then linear decay, gradient accumulation, gradient clipping at 1.0
+Training: AdamW, linear warm-up then linear decay (transformers' schedule), gradient accumulation, gradient clipping at 1.0
 (the HF Trainer default the reference ran with), bf16 autocast on CUDA, dropout as the checkpoint's
 config.json sets it. A checkpoint (model, optimizer, scheduler, RNG state, position in the epoch)
 is written after every epoch and every --save-every optimizer steps; --resume continues from the
@@ -230,11 +230,11 @@ def set_rng_state(state: dict, device: str) -> None:
 # ---------------------------------------------------------------- training
 
 def linear_schedule(optimizer, warmup_steps: int, total_steps: int):
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    """transformers' linear schedule: the learning rate climbs from 0 over `warmup_steps`, then falls linearly to
+    0 at `total_steps`. A LambdaLR, so its state (the step count) is saved in checkpoints and a resumed run
+    continues it exactly. (transformers is imported here: loading this module for its parser stays cheap.)"""
+    from transformers import get_linear_schedule_with_warmup
+    return get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
 
 
 def epoch_groups(n_examples: int, args, epoch: int) -> list[list[list[int]]]:
