@@ -48,7 +48,7 @@ def rex_batching(args) -> dict:
             "characters": sum(len(d.text) for d in docs), "spans_in_baseline": n_spans, "rows": rows}
 
 
-TFLOP_PER_512_WINDOW = 0.110          # notes/performance-anchors.md §6
+TFLOP_PER_512_WINDOW = 0.110          # docs/performance.md §1
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "4090": 165.2, "A100": 312.0}
 
 VARIANTS = {                          # name -> (dtype, attention, cuda_graphs)

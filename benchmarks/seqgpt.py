@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import SENTENCES, demo_weights, environment, sync
+from contracts.names import Kernel
 from workstation import engine
 
 MIB = 1 << 20
@@ -202,8 +203,8 @@ def seqgpt_generate(args) -> dict:
     low = engine.load_model("seqgpt", weights, device, args.dtype)          # only these weights on the GPU yet
     tok, special = low.tokenizer, low.special
     best = FusedAttention().kernel_for(low)
-    best = low.resolve_attention(best)[0] if best else "sdpa"
-    plain_kernels = ["eager", "sdpa"] + (["flash"] if best == "flash" else [])
+    best = low.resolve_attention(best)[0] if best else Kernel.SDPA
+    plain_kernels = [Kernel.EAGER, Kernel.SDPA] + ([Kernel.FLASH] if best == Kernel.FLASH else [])
     stack = f"ours {args.dtype} + {best} + cuda graphs (full stack)"
     eager = f"ours {args.dtype} eager"
     rows = []

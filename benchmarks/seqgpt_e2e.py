@@ -28,6 +28,7 @@ import torch
 from benchmarks.common import demo_weights, environment, mixed_texts, sync
 from contracts.domain import Document
 from contracts.model import DEMO_MARKER
+from contracts.names import Kernel
 from contracts.stages import IDLE, StageClock
 from workstation import engine
 
@@ -127,7 +128,7 @@ def seqgpt_e2e(args) -> dict:
     variants = [("ours fp32 eager, continuous batching", "fp32", "eager", False),
                 ("ours fp32 eager + cuda graphs (lossless stack)", "fp32", "eager", True)]
     best = FusedAttention().kernel_for(model)
-    best = model.resolve_attention(best)[0] if best else "sdpa"
+    best = model.resolve_attention(best)[0] if best else Kernel.SDPA
     full = f"full stack: {args.dtype} + {best} + cuda graphs + continuous batching"
     variants.append((full, args.dtype, best, True))
     for name, dtype, attention, graphs in variants:

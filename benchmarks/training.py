@@ -34,6 +34,7 @@ import torch
 
 from benchmarks.common import SENTENCES, demo_weights, environment, sync
 from contracts.domain import Document, InputError
+from contracts.names import Kernel
 from workstation import engine
 
 SHAPES = {"rexuninlu": (16, 512), "seqgpt": (8, 1024)}          # (batch, tokens per row)
@@ -215,7 +216,7 @@ def train_step(args) -> dict:
         weights = Path(args.weights) if args.weights else demo_weights(args, name)
         batch, length = args.train_batch or SHAPES[name][0], args.train_len or SHAPES[name][1]
         model = engine.load_model(name, weights, device, "fp32")
-        model.knobs.attention = "sdpa"
+        model.knobs.attention = Kernel.SDPA
         training = model.training()
         rows = (rex_rows if name == "rexuninlu" else seqgpt_rows)(training, batch, length, args.seed)
         lengths = sorted({len(r.window.ids) if name == "rexuninlu" else len(r.prompt) + len(r.answer) for r in rows})

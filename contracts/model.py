@@ -134,9 +134,25 @@ class ModelFamily(ABC):
         """Raise InputError (with the document's line) if the document cannot be run."""
 
     def check(self, document: Document) -> None:
-        """What the host calls before a run: its own rules for every model (no blank text), then `validate`."""
+        """What the host calls before a run: its own rules for every model (no blank text, the kind of input
+        this model reads), then `validate`."""
         require_text(document)
+        self.check_reads(document)
         self.validate(document)
+
+    def check_reads(self, document: Document) -> None:
+        """The document gives what this model reads (`reads`). One that gives the other kind instead (labels
+        for a schema model, a schema for a label model) is told so, rather than that its input is missing."""
+        if self.reads == Reads.LABELS:
+            given = "a \"schema\"" if document.labels is None and document.schema is not None else None
+        elif isinstance(document.schema, list):
+            given = "a list of labels as its \"schema\""
+        else:
+            given = "\"task\"/\"labels\"" if document.schema is None and (
+                document.labels is not None or document.task is not None) else None
+        if given:
+            raise InputError(f"{self.name} reads {self.reads.fields()}, but document {document.id!r} gives {given} "
+                             "instead, which is what the other kind of model reads", document.line)
 
     @abstractmethod
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> LoadedModel:

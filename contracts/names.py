@@ -13,6 +13,12 @@ class Reads(StrEnum):
     SCHEMA = "schema"          # Document.schema: a dict of types (RexUniNLU: nested for relations/events)
     LABELS = "labels"          # Document.task ("ext" | "cls") and Document.labels: a list of label names
 
+    def fields(self) -> str:
+        """What a document gives for such a model, in the words of the input formats (for error messages)."""
+        if self is Reads.LABELS:
+            return '"task" and "labels" (a list of label names, such as ["人物", "地点"])'
+        return '"schema" (a JSON object of types, such as {"人物": null})'
+
 
 class Capability(StrEnum):
     """What a loaded model lets optimizations switch (LoadedModel.capabilities)."""

@@ -1,4 +1,4 @@
-"""What an optimization plugin provides. Each one turns knobs on a LoadedModel (see models.Knobs)."""
+"""What an optimization plugin provides. Each one turns knobs on a LoadedModel (see contracts.model.Knobs)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

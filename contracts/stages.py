@@ -70,7 +70,7 @@ class StageClock:
         return {k: round(v, 4) for k, v in self.seconds.items()}
 
 
-IDLE = StageClock()     # what a model measures into when nobody asked (tests, direct calls)
+IDLE = StageClock()     # what a model measures into outside engine.run (evaluation, direct calls)
 
 
 def describe(seconds: dict[str, float], wall: float, device_busy: float | None = None,

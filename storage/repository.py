@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from sqlalchemy import case, column, delete, func, or_, select, table, update
 from sqlalchemy.exc import OperationalError
@@ -128,12 +128,6 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
                 log.warning("%s is locked by another process; retrying in %.1f s", self.path, delay)
                 time.sleep(delay)
         raise AssertionError("unreachable")
-
-    def pragmas(self) -> dict[str, Any]:
-        """The connection settings in force (for tests and a diagnostics panel)."""
-        with self.engine.connect() as conn:
-            return {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
-                    for name in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")}
 
     def schema_version(self) -> list[str]:
         return migrations.applied(self.engine)

@@ -7,7 +7,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys._called_from_test = True            # installed entry-point plugins never load in tests
+os.environ.setdefault("IEW_LOAD_PLUGINS", "")  # installed third-party plugins never load in tests (or their children)
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton kernels run on the CPU interpreter in tests
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 
 from contracts.domain import Document, Result
 
-CLS_MARKERS = ("[MULTICLASSIFY]", "[CLASSIFY]")     # RexUniNLU's classification prefixes (spec §3.4)
+# RexUniNLU's classification prefixes (docs/models/rexuninlu.md §3.4)
+CLS_MARKERS = ("[MULTICLASSIFY]", "[CLASSIFY]")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The command line (design.md §4). `launcher.py` bootstraps the venv, then calls `main`."""
+"""The command line (README.md, "Command line"). `launcher.py` bootstraps the venv, then calls `main`."""
 from __future__ import annotations
 
 import argparse

@@ -3,7 +3,7 @@
 One loop for every model. The model plugin supplies `model.training()` (contracts.model.Training):
 the examples of a gold document, the loss of a micro-batch, the network, the official layout.
 
-Training: AdamW, linear warm-up then linear decay, gradient accumulation, gradient clipping at 1.0
+Training: AdamW, linear warm-up then linear decay (transformers' schedule), gradient accumulation, gradient clipping at 1.0
 (the HF Trainer default the reference ran with), bf16 autocast on CUDA, dropout as the checkpoint's
 config.json sets it. A checkpoint (model, optimizer, scheduler, RNG state, position in the epoch)
 is written after every epoch and every --save-every optimizer steps; --resume continues from the
@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 import torch
 
 from contracts.domain import Document, InputError, WeightsError
+from contracts.names import Reads
 from workstation import engine
 from workstation.inputs import json_line, require_file
 from workstation.training_events import Cancelled, StopRequest, TrainingEvents
@@ -92,10 +93,11 @@ def read_gold(path: Path, family) -> list[tuple[Document, list]]:
                 continue
             obj = json_line(raw, n, str(path))
             if not isinstance(obj, dict) or "text" not in obj or "output" not in obj:
-                raise InputError(f"{path}: each line needs \"text\" and \"output\", and what the model reads: "
-                                 "\"schema\" (rexuninlu) or \"task\" and \"labels\" (seqgpt)", n)
+                raise InputError(f"{path}: each line needs \"text\" and \"output\", and what {family.name} reads: "
+                                 f"{family.reads.fields()}", n)
             doc = Document(str(obj.get("id", n)), obj["text"], obj.get("schema"), obj.get("task"),
                            obj.get("labels"), line=n)
+            family.check_reads(doc)
             family.validate(doc)
             if not isinstance(doc.text, str) or not doc.text.strip():
                 raise InputError(f"{path}: empty text has nothing to learn from", n)
@@ -115,9 +117,9 @@ def _key(info, asked: set[str]) -> tuple:
                  for s in info)
 
 
-def _asked_types(doc: Document) -> set[str]:
-    """Every type the document asks for: schema keys at any level, or the label set."""
-    if isinstance(doc.schema, dict):
+def _asked_types(doc: Document, reads: Reads) -> set[str]:
+    """Every type the document asks for: schema keys at any level, or the label set (as the model reads it)."""
+    if reads == Reads.SCHEMA:
         found, stack = set(), [doc.schema]
         while stack:
             node = stack.pop()
@@ -146,7 +148,7 @@ def evaluate(model, gold_docs, batch_size: int, options: dict | None = None,
         for (doc, gold), result in zip(gold_docs, results):
             if stop is not None:
                 stop.check()
-            asked = _asked_types(doc)
+            asked = _asked_types(doc, model.family.reads)
             pred, true = {_key(t, asked) for t in result.tuples}, {_gold_key(t) for t in gold}
             for k in pred | true:
                 c = counts["/".join(t for t, _, _ in k)]
@@ -228,11 +230,11 @@ def set_rng_state(state: dict, device: str) -> None:
 # ---------------------------------------------------------------- training
 
 def linear_schedule(optimizer, warmup_steps: int, total_steps: int):
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / (warmup_steps + 1)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    """transformers' linear schedule: the learning rate climbs from 0 over `warmup_steps`, then falls linearly to
+    0 at `total_steps`. A LambdaLR, so its state (the step count) is saved in checkpoints and a resumed run
+    continues it exactly. (transformers is imported here: loading this module for its parser stays cheap.)"""
+    from transformers import get_linear_schedule_with_warmup
+    return get_linear_schedule_with_warmup(optimizer, warmup_steps, total_steps)
 
 
 def epoch_groups(n_examples: int, args, epoch: int) -> list[list[list[int]]]:

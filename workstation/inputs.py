@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from contracts.domain import Document, InputError
+from contracts.names import Reads
 
 MAX_LINE_CHARS = 50_000_000
 
@@ -101,15 +102,37 @@ def _document(obj: Any, line: int, default: Any) -> Document:
     return _with_default(doc, default)
 
 
-def _with_default(doc: Document, default: Any) -> Document:
-    """--schema fills what a line leaves out: a RexUniNLU schema, or {"task", "labels"} for SeqGPT."""
-    if default is None:
-        return doc
-    if isinstance(default, dict) and set(default) <= {"task", "labels"} and "labels" in default:
-        doc.task = doc.task if doc.task is not None else default.get("task")
-        doc.labels = doc.labels if doc.labels is not None else default.get("labels")
-    elif doc.schema is None:
-        doc.schema = default
+def defaults_for(reads: Reads, value: Any, where: str = "--schema") -> dict[str, Any]:
+    """What `value` (--schema, the Batch page's default box, an upload's form fields) fills in for documents
+    that leave it out, as the model reads it: {"schema": ...} for a schema model; {"task", "labels"} for a
+    label model, given as {"task": "ext", "labels": [...]} or as a bare list of labels. The other kind is an
+    error that says what to give instead."""
+    if value is None:
+        return {}
+    if reads == Reads.LABELS:
+        if isinstance(value, list):
+            return {"labels": value}
+        if isinstance(value, dict) and "labels" in value and set(value) <= {"task", "labels"}:
+            return {k: value[k] for k in ("task", "labels") if value.get(k) is not None}
+        raise InputError(f"{where}: this model reads a task and labels; give {{\"task\": \"ext\", \"labels\": "
+                         f"[\"人物\", \"地点\"]}} or a list of labels, not {_kind(value)}")
+    if isinstance(value, dict):
+        return {"schema": value}
+    raise InputError(f"{where}: this model reads a schema; give a JSON object of types such as "
+                     f"{{\"人物\": null}}, not {_kind(value)}")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a JSON object of types"
+    return {list: "a list", str: "a string", bool: "true/false"}.get(type(value), "a number")
+
+
+def _with_default(doc: Document, default: dict[str, Any] | None) -> Document:
+    """Fill what a line leaves out from `defaults_for`'s fields (a schema, or a task and labels)."""
+    for key, value in (default or {}).items():
+        if getattr(doc, key) is None:
+            setattr(doc, key, value)
     return doc
 
 
@@ -124,18 +147,19 @@ def require_file(path: Path, what: str = "input file", name: str = "") -> None:
         raise InputError(f"{what} {name or path} does not exist")
 
 
-def read_documents(path: Path, default: Any = None, skip_invalid: bool = False, name: str = ""
+def read_documents(path: Path, default: dict[str, Any] | None = None, skip_invalid: bool = False, name: str = ""
                    ) -> tuple[list[Document], list[InputError]]:
-    """Read every document; with skip_invalid, bad lines are collected instead of raised. `name` is what
-    messages call the file (an upload's own name, not the temporary file it was saved to)."""
+    """Read every document; with skip_invalid, bad lines are collected instead of raised. `default` fills what
+    a line leaves out (`defaults_for`). `name` is what messages call the file (an upload's own name, not the
+    temporary file it was saved to)."""
     path = Path(path)
     require_file(path, name=name)
     with open(path, "rb") as f:
         return parse_documents(f, path.suffix, name or str(path), default, skip_invalid)
 
 
-def parse_documents(stream: BinaryIO, suffix: str, name: str, default: Any = None, skip_invalid: bool = False
-                    ) -> tuple[list[Document], list[InputError]]:
+def parse_documents(stream: BinaryIO, suffix: str, name: str, default: dict[str, Any] | None = None,
+                    skip_invalid: bool = False) -> tuple[list[Document], list[InputError]]:
     """The documents of one input file's bytes (`suffix` says the format, `name` is used in messages).
     The corpus runner parses shards it was handed as bytes through here, exactly as the CLI reads a file."""
     suffix = suffix.lower()
@@ -206,10 +230,11 @@ def json_line(raw: str, line: int, source: str = "") -> Any:
                          line) from None
 
 
-def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False, name: str = ""
-                         ) -> tuple[list[Document], list[InputError]]:
-    """read_documents, then the model's own checks (schema, labels, text) on every document."""
-    documents, errors = read_documents(path, default, skip_invalid, name)
+def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False, name: str = "",
+                         where: str = "--schema") -> tuple[list[Document], list[InputError]]:
+    """read_documents, then the model's own checks (schema, labels, text) on every document. `default` is the
+    value given for lines without their own (--schema), read as the family reads it (`defaults_for`)."""
+    documents, errors = read_documents(path, defaults_for(family.reads, default, where), skip_invalid, name)
     valid = []
     for doc in documents:
         try:

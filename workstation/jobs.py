@@ -27,6 +27,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import psutil
 import torch
 
 from contracts.domain import Result
@@ -38,28 +39,32 @@ from workstation import engine
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 10.0
 PROGRESS_S = 2.0
+REUSE_MARGIN_S = 5.0                # a process this much younger than the owner's last heartbeat is not the owner
 BUSY_DELAYS = (5.0, 15.0, 30.0)     # a job's extra patience with a busy store (workstation/jobs.py _patiently)
 Borrow = Callable[[JobStatus, str], AbstractContextManager[LoadedModel]]
 
 
 def owner_is_dead(owner: str | None, heartbeat_at: datetime | None, stale_after_s: float) -> bool:
-    """Is the runner named `owner` ("host:pid:token") gone? Its process has exited (same host), or it has
-    not sent a heartbeat for `stale_after_s` (another host, a reused pid, a hung process)."""
+    """Is the runner named `owner` ("host:pid:token") gone? Its process has exited or is a zombie (same host),
+    its pid now belongs to a process started after the owner's last heartbeat (reused), or it has not sent a
+    heartbeat for `stale_after_s` (another host, a hung process)."""
     if not owner:
         return True
     if heartbeat_at is None or datetime.now(timezone.utc) - heartbeat_at > timedelta(seconds=stale_after_s):
         return True
     host, _, rest = owner.partition(":")
     pid = rest.split(":", 1)[0]
-    if host != socket.gethostname() or os.name == "nt" or not pid.isdigit():
-        return False                     # on Windows os.kill(pid, 0) would terminate the process
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
     try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
+        process = psutil.Process(int(pid))
+        # create_time is only good to about a second (the boot time it counts from is whole seconds): a margin.
+        reused = process.create_time() > heartbeat_at.timestamp() + REUSE_MARGIN_S
+        return reused or process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:         # a zombie whose details cannot be read is one too
         return True
-    except PermissionError:
+    except psutil.AccessDenied:
         return False                     # alive, run by another user
-    return False
 
 
 @dataclass
@@ -102,7 +107,7 @@ class _JobRun:
 class JobRunner:
     """Runs queued jobs in a background thread, one job at a time, each spread over the available devices.
 
-    devices:    overrides the choice of devices (tests use ["cpu", "cpu"] to exercise two workers)
+    devices:    overrides the choice of devices (["cpu", "cpu"]: two workers on the CPU)
     slice_size: documents per claim (default 4 x batch size, at least 16)
     progress_s: inside a slice, the documents done so far are committed (and counted in the job's progress)
                 when this many seconds have passed since the last commit; the rest at the end of the slice
@@ -191,7 +196,7 @@ class JobRunner:
                     self._current = None
                     self._changed.notify_all()
 
-    # ---- running a job (blocking; the CLI and a test's child process call this directly) ----------------
+    # ---- running a job (blocking; a process of its own may call this directly) -------------------------
 
     def run_job(self, job_id: int) -> JobStatus:
         if not self.store.take_job(job_id, self.owner, self._is_dead):

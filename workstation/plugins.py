@@ -5,10 +5,9 @@ third-party plugin is (docs/plugins.md). A source tree that was never installed 
 metadata) reads the same table from pyproject.toml, so the built-ins never depend on how the code got here.
 
 Environment switches:
-  IEW_LOAD_PLUGINS=a,b   besides the built-ins, load only these installed distributions ("" = none)
+  IEW_LOAD_PLUGINS=a,b   besides the built-ins, load only these installed distributions ("" = none; unset = all)
   IEW_TRACE_PLUGINS=1    print every hook call, its arguments and results to stderr (pluggy's tracing)
   IEW_BLOCK_PLUGINS=a,b  do not load these plugins (entry-point names), built-in ones included
-Tests load the built-ins only unless IEW_LOAD_PLUGINS names a distribution (tests/conftest.py).
 """
 from __future__ import annotations
 
@@ -68,7 +67,7 @@ def _wanted(source: Source) -> bool:
         return True
     allow = os.environ.get("IEW_LOAD_PLUGINS")
     if allow is None:
-        return not getattr(sys, "_called_from_test", False)        # tests see only what they ask for
+        return True
     return source.distribution in {n.strip() for n in allow.split(",") if n.strip()}
 
 
@@ -154,7 +153,7 @@ def plugin_table() -> list[dict]:
     rows = []
     for name, plugin in pm.list_name_plugin():
         source = _sources.get(name)
-        if source is None:          # registered by code at run time (tests, notebooks), not from an entry point
+        if source is None:          # registered by code at run time (a notebook, a script), not from an entry point
             where, version = "in-process", str(getattr(plugin, "__version__", "?"))
         else:
             where = "built-in" if source.builtin else f"installed ({source.distribution})"

@@ -35,6 +35,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from contracts.domain import InputError
 from storage.datasets import export_dataset
 from storage.views import NotFound, TrainingRun
@@ -296,22 +298,18 @@ def compare_rows(before: dict[str, Any] | None, after: dict[str, Any] | None) ->
 # ---- processes --------------------------------------------------------------------------------------------------
 
 def pid_alive(pid: int, marker: str | None = None) -> bool:
-    """Is `pid` running (and, where /proc shows command lines, is it the process whose arguments hold `marker`)?"""
+    """Is `pid` running (not a zombie), and — where its command line can be read — is it the process whose
+    arguments hold `marker` (a run's own events file), not another program that got the pid after it?"""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False                            # exited, waiting for its parent to collect it
+        if marker and marker not in "\0".join(process.cmdline()):
+            return False                            # the pid was reused by another program
+    except psutil.NoSuchProcess:                    # gone (a zombie whose details cannot be read included)
         return False
-    except PermissionError:
-        return True
-    proc = Path(f"/proc/{pid}")
-    if proc.is_dir():
-        try:
-            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return False                        # exited, waiting for its parent to collect it
-            if marker and marker.encode() not in (proc / "cmdline").read_bytes():
-                return False                        # the pid was reused by another program
-        except (OSError, IndexError):
-            pass
+    except psutil.AccessDenied:
+        return True                                 # alive, run by another user; its arguments are private
     return True
 
 

@@ -2,10 +2,11 @@
 import importlib.util
 
 from contracts.hookspecs import hookimpl
+from contracts.names import Kernel
 from contracts.optimization import Optimization
 
 # Preference order; a model lists the kernels its attention can be expressed with.
-KERNELS = ("flash", "triton", "sdpa")
+KERNELS = (Kernel.FLASH, Kernel.TRITON, Kernel.SDPA)
 
 
 def flash_attn_available() -> bool:
@@ -29,9 +30,9 @@ class FusedAttention(Optimization):
         for kernel in KERNELS:
             if kernel not in model.attention_backends:
                 continue
-            if kernel == "flash" and not (flash_attn_available() and model.device.startswith("cuda")):
+            if kernel == Kernel.FLASH and not (flash_attn_available() and model.device.startswith("cuda")):
                 continue
-            if kernel == "triton" and not model.device.startswith("cuda"):
+            if kernel == Kernel.TRITON and not model.device.startswith("cuda"):
                 continue
             return kernel
         return None
@@ -44,8 +45,8 @@ class FusedAttention(Optimization):
         if runs != kernel:
             return True, f"asks for the {kernel} kernel; {runs} runs now: {why}"
         note = ""
-        if kernel != "flash" and "flash" in model.attention_backends:
-            why = model.resolve_attention("flash")[1] or "flash-attn is not installed or no CUDA GPU"
+        if kernel != Kernel.FLASH and Kernel.FLASH in model.attention_backends:
+            why = model.resolve_attention(Kernel.FLASH)[1] or "flash-attn is not installed or no CUDA GPU"
             note = f" (flash-attn cannot run: {why})"
         return True, f"runs the {kernel} kernel{note}"
 

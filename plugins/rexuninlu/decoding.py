@@ -1,4 +1,4 @@
-"""Model outputs of one window -> typed spans (spec §3). Pure functions over link lists.
+"""Model outputs of one window -> typed spans (docs/models/rexuninlu.md §3). Pure functions over link lists.
 
 Links (threshold logit > 0), with nh the first text token:
   span (r, c):  r, c >= nh and r <= c      -> head r, tail c

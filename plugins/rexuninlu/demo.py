@@ -59,7 +59,7 @@ def randomize(model: RexModel, seed: int) -> None:
 
 
 def sparsify_head(model: RexModel, out_dir: Path, share: float) -> None:
-    """Shift all span logits down by a^2 through the slowest RoPE pair (spec §6.2).
+    """Shift all span logits down by a^2 through the slowest RoPE pair (docs/models/rexuninlu.md §6.2).
 
     `a` is chosen on real prompts (the NER and relation presets, tokenized with the vocabulary just
     written) so that about `share` of the logits decoding reads are positive: random weights then

@@ -119,10 +119,10 @@ class LoadedRex(LoadedModel):
         """The kernel that runs. Measured on an H200 (docs/benchmarks.md): the Triton kernel is the
         fastest in bf16/fp16 but its exact-fp32 dots are slow, so fp32 uses SDPA instead."""
         wanted = self.knobs.attention
-        if wanted == "triton":
+        if wanted == Kernel.TRITON:
             from plugins.rexuninlu import triton_attention
             if self.knobs.dtype == "fp32" or not self.device.startswith("cuda") or not triton_attention.available():
-                return "sdpa"
+                return Kernel.SDPA
         return wanted
 
     def describe(self):

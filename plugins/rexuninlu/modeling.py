@@ -1,4 +1,4 @@
-"""The RexUniNLU network: a DeBERTa-v2 encoder variant plus a rotary span head (spec §1.4).
+"""The RexUniNLU network: a DeBERTa-v2 encoder variant plus a rotary span head (docs/models/rexuninlu.md §1.4).
 
 What differs from stock `DebertaV2Model`, and why we write our own:
   * relative positions are taken from the prompt's custom position ids, un-bucketed;
@@ -7,7 +7,7 @@ What differs from stock `DebertaV2Model`, and why we write our own:
   * the head: RoPE over the full hidden size on ffnq/ffnk, logits = q k^T with no scaling.
 
 Attention lives in `attend()`, one switch with an eager path (the reference maths) and SDPA.
-Padding rules for batching (spec §2.7): pad embeddings are zeroed before the conv (as the
+Padding rules for batching (docs/models/rexuninlu.md §2.7): pad embeddings are zeroed before the conv (as the
 unpadded conv's zero padding would see them) and pad keys are masked.
 
 Dropout sits where DeBERTa-v2 has it (embeddings, relative embeddings, attention probabilities,
@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contracts.domain import WeightsError
+from contracts.names import Kernel
 
 
 @dataclass
@@ -92,7 +93,7 @@ def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: 
     """Disentangled attention. q,k,v [B,H,L,d]; tables [B,H,L,2S] -> context [B,H,L,d].
 
     dropout: on the attention probabilities (training); the fused kernel has none (nor a backward)."""
-    if backend == "triton":
+    if backend == Kernel.TRITON:
         if dropout:
             raise ValueError("the triton attention kernel has no dropout; train with 'sdpa' or 'eager'")
         from plugins.rexuninlu.triton_attention import disentangled_attention
@@ -101,14 +102,14 @@ def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: 
     c2p = torch.gather(c2p_table, -1, idx)                                     # Q_i . PK[idx(i,j)]
     p2c = torch.gather(p2c_table, -1, idx.transpose(-1, -2)).transpose(-1, -2)  # K_j . PQ[idx(i,j)]
     keep = st.mask.unsqueeze(1)                                                # [B,1,L,L]
-    if backend == "eager":
+    if backend == Kernel.EAGER:
         scores = q @ (k.transpose(-1, -2) * scale) + (c2p + p2c) * scale
         scores = scores.masked_fill(~keep, torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1).masked_fill(~keep, 0.0)          # XSoftmax
         if dropout:
             probs = F.dropout(probs, dropout)
         return probs @ v
-    if backend == "sdpa":
+    if backend == Kernel.SDPA:
         # A finite minimum (not -inf) keeps fully masked pad rows finite instead of NaN.
         bias = ((c2p + p2c) * scale).masked_fill(~keep, torch.finfo(q.dtype).min)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, dropout_p=dropout)
@@ -220,9 +221,9 @@ class Encoder(nn.Module):
         self.span = cfg.position_buckets
         self.checkpointing = False                          # gradient checkpointing (training only)
 
-    def forward(self, emb, position_ids, mask, valid, backend="eager", segments=None, codes=None):
+    def forward(self, emb, position_ids, mask, valid, backend=Kernel.EAGER, segments=None, codes=None):
         st = Structure(position_ids, mask=mask, codes=codes)
-        if backend != "triton":
+        if backend != Kernel.TRITON:
             # Un-bucketed relative positions from the prompt position ids, shared by every layer.
             st.rel_idx = (position_ids[:, :, None] - position_ids[:, None, :] + self.span).clamp(0, 2 * self.span - 1)
         rel = self.LayerNorm(self.rel_embeddings.weight)   # [2S,D]
@@ -285,7 +286,7 @@ class RexModel(nn.Module):
         self.ffnq = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.ffnk = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.rotary_emb = Rotary(cfg.hidden_size)
-        self.attention_backend = "eager"
+        self.attention_backend = Kernel.EAGER
 
     def encode(self, input_ids, position_ids, mask, valid, segments=None, codes=None):
         emb = self.plm.embeddings(input_ids) * valid.unsqueeze(-1).to(self.plm.embeddings.LayerNorm.weight.dtype)

@@ -1,6 +1,6 @@
 """Documents -> windows -> batched forward -> decoded tuples, for many documents at once.
 
-Each document runs the reference's prompt loop (spec §2–3) as a generator: it yields the windows
+Each document runs the reference's prompt loop (docs/models/rexuninlu.md §2–3) as a generator: it yields the windows
 it needs scored and receives their links back. Windows of all documents are pooled and handed to
 the WindowScorer (scoring.py), which batches them.
 """

@@ -1,4 +1,4 @@
-"""Schema -> hints -> windows -> model inputs (spec §2).
+"""Schema -> hints -> windows -> model inputs (docs/models/rexuninlu.md §2).
 
 Project decision on top of the reference: no shuffling. Prefixes are packed in discovery order
 and types sorted by codepoint, which is what the reference does when `random.shuffle` is a no-op.
@@ -103,7 +103,7 @@ class Prompter:
             return len(self.tok(s)["input_ids"]) - 1          # tokens + 1 (the [PREFIX]/[TYPE] in front)
 
     def hints(self, level_map: dict[PrefixTuple, dict]) -> list[Hint]:
-        """Pack every (prefix, type) of one level into hints of at most 256 tokens (spec §2.3)."""
+        """Pack every (prefix, type) of one level into hints of at most 256 tokens (docs/models/rexuninlu.md §2.3)."""
         hints: list[Hint] = []
         hint = Hint("")
         n = 2                                               # [CLS] + [SEP]
@@ -136,7 +136,7 @@ class Prompter:
     # ------------------------------------------------------------ windows
 
     def encode(self, hint: str, text: str, kind: str) -> dict[str, list]:
-        """[CLS] hint [SEP] text-window [SEP] for every window of `text` (spec §2.4).
+        """[CLS] hint [SEP] text-window [SEP] for every window of `text` (docs/models/rexuninlu.md §2.4).
 
         Same windows as `tok(hint, text, truncation="only_second", max_length=512, stride=...,
         return_overflowing_tokens=True)` gives in the reference's tokenizers: text windows of
@@ -192,7 +192,7 @@ class Prompter:
             self._pieces.pop(t, None)
 
     def layout(self, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
-        """Position ids and the isolation structure of one window (spec §2.5–2.6).
+        """Position ids and the isolation structure of one window (docs/models/rexuninlu.md §2.5–2.6).
 
         grp[i]: the prefix group of a hint token, -1 for global tokens ([CLS], [SEP], text);
         typ[i]: 0 for a prefix-span token, k >= 1 for the k-th type span of its group.

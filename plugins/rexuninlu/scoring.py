@@ -1,9 +1,9 @@
-"""Windows -> batched forward -> the links decoding needs (the batcher of design.md §2).
+"""Windows -> batched forward -> the links decoding needs (the batcher of docs/architecture.md §3).
 
 Rows: each row of a batch holds one window (padded), or — with `knobs.unpad` — several short
 windows packed end to end, kept apart by the mask and the ConvLayer (lossless). With
 `knobs.cuda_graphs` each (rows, length) shape is captured once as a CUDA graph and replayed.
-Padding follows spec §2.7 so a window scores the same in any batch.
+Padding follows docs/models/rexuninlu.md §2.7 so a window scores the same in any batch.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import torch
 
 from contracts.batching import is_out_of_memory
 from contracts.model import Knobs
+from contracts.names import Kernel
 from contracts.stages import IDLE, StageClock
 from plugins.rexuninlu.decoding import Links, Window
 from plugins.rexuninlu.modeling import RexModel
@@ -90,7 +91,7 @@ def isolation_mask(p: Packed) -> torch.Tensor:
 
 
 def run_network(network: RexModel, p: Packed) -> torch.Tensor:
-    if network.attention_backend == "triton":           # the kernel applies the mask rule itself
+    if network.attention_backend == Kernel.TRITON:      # the kernel applies the mask rule itself
         return network(p.ids, p.positions, None, p.valid, p.segments, (p.groups, p.types, p.segments))
     return network(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
 

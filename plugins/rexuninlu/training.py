@@ -36,6 +36,7 @@ import torch
 
 from contracts.domain import Document, InputError
 from contracts.model import DEMO_MARKER, Training
+from contracts.names import Kernel
 from plugins.rexuninlu.decoding import Window
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, task_kind
 from plugins.rexuninlu.scoring import Packed, WindowScorer, isolation_mask
@@ -236,7 +237,7 @@ class RexTraining(Training):
     def begin(self) -> str:
         # The fused Triton kernel has no backward pass; SDPA computes the same attention and has one.
         kernel = self.model.attention_kernel()
-        self.network.attention_backend = "sdpa" if kernel == "triton" else kernel
+        self.network.attention_backend = Kernel.SDPA if kernel == Kernel.TRITON else kernel
         self.network.plm.encoder.checkpointing = self.model.knobs.checkpointing
         self.network.train()
         return self.network.attention_backend

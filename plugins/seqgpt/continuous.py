@@ -37,6 +37,7 @@ from typing import Callable, Hashable, Iterable, Iterator
 import torch
 
 from contracts.batching import is_out_of_memory
+from contracts.names import Kernel
 from plugins.seqgpt.cache import KVCache
 from plugins.seqgpt.generation import Batch, EncodedPrompt, GenerationSettings, new_search, to_device
 from plugins.seqgpt.graphs import PROMPT_QUANTUM, spans
@@ -229,7 +230,7 @@ class _Slot:
 
 
 def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], items: int,
-                    settings: GenerationSettings, attention: str = "eager", graphs=None,
+                    settings: GenerationSettings, attention: str = Kernel.EAGER, graphs=None,
                     device_clock: Callable | None = None, on_backoff: Callable[[int], None] | None = None,
                     on_fed: Callable[[int], None] | None = None) -> Iterator[tuple[Hashable, Finished]]:
     """Generate for every (key, prompt) through a continuously refilled slot pool; yield (key,

@@ -1,4 +1,4 @@
-"""Random-weight demo checkpoints in the official SeqGPT-560M layout (spec §2 and §5).
+"""Random-weight demo checkpoints in the official SeqGPT-560M layout (docs/models/seqgpt.md §2 and §5).
 
 "full" is the real bloom-560m architecture (24 layers, hidden 1024, 16 heads, vocab 250,880) stored as
 an fp16 `pytorch_model.bin` like the official file; "tiny" is 2 layers of width 128 for tests and
@@ -20,11 +20,11 @@ from plugins.seqgpt.modeling import Bloom, BloomConfig
 from plugins.seqgpt.prompting import GEN_TOKEN
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]        # ids 0-3, as in BLOOM
-BLOOM_SPLIT = " ?[^(\\s|[.,!?…。，、।۔،])]+"              # BLOOM's pre-tokenizer regex (spec §1.3)
+BLOOM_SPLIT = " ?[^(\\s|[.,!?…。，、।۔،])]+"              # BLOOM's pre-tokenizer regex (docs/models/seqgpt.md §1.3)
 
 SIZES = {
     "full": dict(hidden_size=1024, n_layer=24, n_head=16, vocab_size=250880, std=0.02),
-    # tiny: a larger init spread, else every prompt yields the same tokens (spec §5 "gotcha")
+    # tiny: a larger init spread, else every prompt yields the same tokens (docs/models/seqgpt.md §5 "gotcha")
     "tiny": dict(hidden_size=128, n_layer=2, n_head=16, vocab_size=None, std=0.3),
 }
 

@@ -94,7 +94,7 @@ class LoadedSeqGPT(LoadedModel):
         why = flash.unavailable() if self.device.startswith("cuda") else "the model is not on a CUDA GPU"
         if why is None and self.knobs.dtype == "fp32":
             why = "flash-attn has fp16/bf16 kernels only and the model is fp32"
-        return ("sdpa", f"{why}; SDPA with the ALiBi bias computes the same attention") if why else (wanted, "")
+        return (Kernel.SDPA, f"{why}; SDPA with the ALiBi bias computes the same attention") if why else (wanted, "")
 
     def describe(self):
         return {**super().describe(), "attention": self.resolve_attention(self.knobs.attention)[0],

@@ -38,7 +38,7 @@ when the chunk is shorter than the longest chunk of its own document (`EncodedPr
 whatever batch we actually run it in. With that, cross-document batching changes nothing but the
 float rounding of equal maths.
 
-Version drift (spec §1.4): the reference pinned transformers 4.28.1, which divided by the full row
+Version drift (docs/models/seqgpt.md §1.4): the reference pinned transformers 4.28.1, which divided by the full row
 length (left pads + prompt + generated, EOS excluded), used that length in the done check too, and
 at max_length finished the running beams rather than the top candidates; there the result could
 depend on how much padding a batch had. We follow 5.17.0, the version we pin and test against; on
@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
+from contracts.names import Kernel
 from plugins.seqgpt.decoders import PlainDecoder
 from plugins.seqgpt.modeling import Bloom
 
@@ -412,7 +413,7 @@ class StopCheck:
 
 @torch.inference_mode()      # also for the static runs it allocates: they are reused only in here
 def generate(network: Bloom, prompts: Sequence[EncodedPrompt], settings: GenerationSettings,
-             attention: str = "eager", graphs: "DecodeGraphs | None" = None,
+             attention: str = Kernel.EAGER, graphs: "DecodeGraphs | None" = None,
              on_step: Callable[[], None] | None = None) -> Generation:
     """Generate for left-padded prompts. With `graphs`, decode through static shapes (captured as CUDA
     graphs on a GPU); the tokens are those of the plain path. on_step: called after each decode

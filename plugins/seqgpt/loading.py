@@ -1,4 +1,4 @@
-"""The official SeqGPT-560M directory -> our Bloom network, tokenizer and special token ids (spec §2).
+"""The official SeqGPT-560M directory -> our Bloom network, tokenizer and special token ids (docs/models/seqgpt.md §2).
 
 Strict: a missing, extra or mis-shaped tensor is an error that names it. Accepted: an fp16
 `pytorch_model.bin` (the official file) or `model.safetensors`; keys with or without the

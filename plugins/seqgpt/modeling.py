@@ -1,7 +1,7 @@
 """BLOOM, the network under SeqGPT-560M: config, attention backends, attention, MLP, block, model.
 
 The eager path does Hugging Face BloomForCausalLM's arithmetic op for op (transformers 5.17.0,
-spec §2 and §3.1), so in fp32 it reproduces its logits bit for bit; the SDPA path expresses the
+docs/models/seqgpt.md §2 and §3.1), so in fp32 it reproduces its logits bit for bit; the SDPA path expresses the
 same ALiBi attention through a float bias. Module names equal the checkpoint's keys (less the
 `transformer.` prefix), so the official state dict loads without renaming. Long prompts go through
 attention in query chunks, so no [B, H, L, L] tensor is ever built; the KV cache is in cache.py.
@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from contracts.names import Kernel
 from plugins.seqgpt.cache import KVCache, allocate
 
 
@@ -107,7 +108,7 @@ class EagerAttention:
     """HF's arithmetic: absolute ALiBi (slope * key position, in the model dtype) added by baddbmm,
     masked scores, softmax in fp32. Shift invariance of softmax makes the absolute form exact."""
 
-    name = "eager"
+    name = Kernel.EAGER
 
     def prepare(self, inputs: AttentionInputs, dtype: torch.dtype):
         b, kv = inputs.key_positions.shape
@@ -138,7 +139,7 @@ class SdpaAttention:
     accurate in fp16 at long positions. Masked entries get a large *finite* negative: -inf would make
     fully masked pad rows NaN, and 0 * NaN leaks through the value product."""
 
-    name = "sdpa"
+    name = Kernel.SDPA
 
     def prepare(self, inputs: AttentionInputs, dtype: torch.dtype):
         q_len, kv = inputs.allowed.shape[2:]
@@ -170,7 +171,7 @@ class SdpaAttention:
         return torch.cat(out, dim=2)
 
 
-ATTENTION_BACKENDS: dict[str, AttentionBackend] = {"eager": EagerAttention(), "sdpa": SdpaAttention()}
+ATTENTION_BACKENDS: dict[str, AttentionBackend] = {Kernel.EAGER: EagerAttention(), Kernel.SDPA: SdpaAttention()}
 
 
 def register_attention_backend(backend: AttentionBackend) -> None:
@@ -255,7 +256,7 @@ class Bloom(nn.Module):
         return KVCache(allocate(c.n_layer, batch, c.n_head, capacity, c.head_dim, p.dtype, p.device))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: KVCache | None = None,
-                attention: str = "eager", last_only: bool = True, keep: torch.Tensor | None = None) -> torch.Tensor:
+                attention: str = Kernel.EAGER, last_only: bool = True, keep: torch.Tensor | None = None) -> torch.Tensor:
         """input_ids [B, q] (the new tokens); attention_mask [B, cached + q], 1 = real token, 0 = pad.
 
         Returns logits [B, 1, V] for the last position (or [B, q, V]), in the model dtype. keep [B, q]
@@ -270,7 +271,7 @@ class Bloom(nn.Module):
         prepared = backend.prepare(inputs, x.dtype)
 
         dropout_p = self.config.attention_dropout if self.training else 0.0
-        if dropout_p and backend.name not in ("eager", "sdpa"):
+        if dropout_p and backend.name not in (Kernel.EAGER, Kernel.SDPA):
             raise ValueError(f"attention dropout in training needs the eager or sdpa backend, not {backend.name!r}")
 
         def attend(q, k, v):

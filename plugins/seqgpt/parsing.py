@@ -1,4 +1,5 @@
-"""Generated text -> typed spans grounded in the input text (spec §1.5), tolerant of what a model writes.
+"""Generated text -> typed spans grounded in the input text, tolerant of what a model writes
+(docs/models/seqgpt.md §1.5).
 
 Extraction output is one `label: span` line per label (`LOC: MELBOURNE`, `时间: None`). Several
 spans on a line are split on `，`, on a comma not inside a number (`1,000` stays whole) and on runs

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 from contracts.domain import Document, Result, Span
+from contracts.names import Kernel
 from contracts.stages import IDLE, StageClock
 from plugins.seqgpt.continuous import Finished, stream_generate
 from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings
@@ -105,7 +106,7 @@ class Pipeline:
         self._tokenizer_lock = threading.Lock()    # a fast tokenizer is not safe across threads
 
     def run(self, documents: Sequence[Document], batch_size: int, settings: GenerationSettings,
-            attention: str = "eager", markers: str = "zh", label_batch: int = 6,
+            attention: str = Kernel.EAGER, markers: str = "zh", label_batch: int = 6,
             on_progress: Callable[[int], None] | None = None,
             graphs: DecodeGraphs | None = None) -> Iterator[Result]:
         """batch_size: prompts decoded at once (each num_beams rows)."""

@@ -1,4 +1,4 @@
-"""Documents -> SeqGPT prompt strings (spec §1.1–§1.3), and the input checks that go with them.
+"""Documents -> SeqGPT prompt strings (docs/models/seqgpt.md §1.1–§1.3), and the input checks that go with them.
 
 The reference (Alibaba-NLP/SeqGPT inference.py) builds, per prompt,
 

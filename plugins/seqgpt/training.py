@@ -7,8 +7,8 @@ followed by the answer the model should generate for that chunk and EOS:
   * extraction: one line per label of the chunk, in chunk order, `label: span1，span2` — spans in
     text order joined by `，` — and `label: None` for a label without a span. This is what
     parsing.parse_extraction reads and what the model's own outputs look like (`LOC: MELBOURNE`,
-    `时间: None`; spec §1.5). The reference repository publishes no training code, so the span
-    separator `，` is our choice among those seen (spec §6);
+    `时间: None`; docs/models/seqgpt.md §1.5). The reference repository publishes no training code, so the span
+    separator `，` is our choice among those seen (docs/models/seqgpt.md §6);
   * classification: the chosen labels in label-set order joined by `，`, or `None` if none is;
   * EOS (`</s>`) ends every answer: the model must learn to stop, and generation stops on it.
 
@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from contracts.domain import Document, InputError
 from contracts.model import DEMO_MARKER, Training
+from contracts.names import Kernel
 from plugins.seqgpt.parsing import Mention, parse_extraction
 from plugins.seqgpt.pipeline import encode
 from plugins.seqgpt.prompting import (
@@ -170,7 +171,7 @@ def collate(batch: Sequence[Example], pad_id: int, device) -> Batch:
     return Batch(ids.to(device), mask.to(device), labels.to(device))
 
 
-def batch_loss(network, batch: Sequence[Example], pad_id: int, attention: str = "sdpa",
+def batch_loss(network, batch: Sequence[Example], pad_id: int, attention: str = Kernel.SDPA,
                autocast_dtype=None) -> torch.Tensor:
     """Mean over examples of the mean answer-token cross-entropy (module docstring)."""
     device = network.word_embeddings.weight.device
@@ -193,7 +194,7 @@ class SeqGPTTraining(Training):
     def __init__(self, model, label_batch: int = DEFAULT_LABEL_BATCH):
         self.model, self.network = model, model.network
         self.label_batch = label_batch
-        self.attention = "sdpa"
+        self.attention = Kernel.SDPA
 
     def examples(self, document: Document, gold: list) -> list[Example]:
         return examples(self.model.tokenizer, self.model.special.eos, document, gold, self.label_batch)
@@ -205,7 +206,7 @@ class SeqGPTTraining(Training):
         # eager and sdpa have a backward pass and dropout; any other (fused inference) kernel
         # trains through SDPA, which computes the same attention.
         knob = self.model.knobs.attention
-        self.attention = knob if knob in ("eager", "sdpa") else "sdpa"
+        self.attention = knob if knob in (Kernel.EAGER, Kernel.SDPA) else Kernel.SDPA
         self.network.checkpointing = self.model.knobs.checkpointing
         self.network.requires_grad_(True)
         self.network.train()

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from workstation.monitor import FakeMonitor
+from tests.fake_monitor import FakeMonitor
 from workstation.settings import ApiSettings, ModelSettings, Settings
 
 

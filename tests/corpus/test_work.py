@@ -21,7 +21,7 @@ def test_parsing_keeps_line_numbers_reports_bad_lines_and_skips_lines_already_do
     jsonl = "\n".join([json.dumps({"id": "x", "text": "张三"}), "{bad", "", json.dumps({"text": "李四"}),
                        json.dumps({"text": 5})]) + "\n"
     reported = []
-    table = parse_shards(files((a, jsonl.encode()), (b, b"title\nno text column\n")), {a: "A", b: "B"}, NER,
+    table = parse_shards(files((a, jsonl.encode()), (b, b"title\nno text column\n")), {a: "A", b: "B"}, {"schema": NER},
                          done={"A": [1]}, report=lambda *args: reported.append(args))
     rows = table.to_pylist()
     assert [(r["shard"], r["line"], r["id"], r["total"]) for r in rows] == [

@@ -1,7 +1,7 @@
 """Fixtures for the batch-worker tests: the fake model plugin, fake weights (`store` is in tests/conftest.py)."""
 from __future__ import annotations
 
-# tests/conftest.py puts the repository on sys.path and keeps installed plugins out (sys._called_from_test).
+# tests/conftest.py puts the repository on sys.path and keeps installed plugins out (IEW_LOAD_PLUGINS="").
 import pytest
 
 import fake_model

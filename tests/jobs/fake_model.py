@@ -91,7 +91,7 @@ def registered() -> Iterator[None]:
 
 def main() -> None:
     """Child process: run one job with the fake model (argv: db path, job id, slice size)."""
-    sys._called_from_test = True
+    os.environ.setdefault("IEW_LOAD_PLUGINS", "")        # the built-in plugins only, as in the tests
     from storage import open_store
     from workstation.jobs import JobRunner
 

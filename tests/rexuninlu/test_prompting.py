@@ -43,7 +43,7 @@ def test_position_ids_restart_per_group_and_type(prompter):
 
 
 def reference_mask(ids, prefix_id, type_id, sep_id):
-    """The reference's loop construction (spec §2.6), written out for the test."""
+    """The reference's loop construction (docs/models/rexuninlu.md §2.6), written out for the test."""
     n = len(ids)
     groups = []
     for i, t in enumerate(ids[1:], start=1):

@@ -1,4 +1,4 @@
-"""`launcher.py extract --model seqgpt` end to end, as other tools call it (design.md §4)."""
+"""`launcher.py extract --model seqgpt` end to end, as other tools call it (README.md, "Command line")."""
 import json
 import os
 import subprocess

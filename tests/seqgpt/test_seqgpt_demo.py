@@ -56,6 +56,6 @@ def test_full_demo_is_the_real_bloom_560m_architecture(demo_tiny):
     config = demo_config("full", n_tokens=1000)
     assert (config.n_layer, config.hidden_size, config.n_head, config.vocab_size) == (24, 1024, 16, 250880)
     with torch.device("meta"):
-        assert sum(p.numel() for p in Bloom(config).parameters()) == 559_214_592     # spec §2
+        assert sum(p.numel() for p in Bloom(config).parameters()) == 559_214_592     # docs/models/seqgpt.md §2
     tiny = json.loads((demo_tiny / "config.json").read_text())
     assert tiny["model_type"] == "bloom" and tiny["n_layer"] == 2 and tiny["vocab_size"] % 64 == 0

@@ -1,4 +1,4 @@
-"""The tolerant output parser (spec §1.5) and grounding of spans to character offsets."""
+"""The tolerant output parser (docs/models/seqgpt.md §1.5) and grounding of spans to character offsets."""
 from contracts.domain import Span
 from plugins.seqgpt.parsing import UNPARSED, Mention, ground, parse_classification, parse_extraction
 

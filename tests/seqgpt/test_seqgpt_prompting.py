@@ -1,4 +1,4 @@
-"""Prompt strings byte-exact to the reference (spec §1.1–§1.2), label chunking, input validation."""
+"""Prompt strings byte-exact to the reference (docs/models/seqgpt.md §1.1–§1.2), label chunking, input validation."""
 import math
 
 import numpy as np

@@ -17,8 +17,15 @@ from sample_runs import make_report, ner_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def pragmas(store) -> dict:
+    """The connection settings in force on a connection of the store's engine."""
+    with store.engine.connect() as conn:
+        return {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")}
+
+
 def test_store_uses_wal_foreign_keys_busy_timeout_and_normal_sync(store):
-    assert store.pragmas() == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 15000, "synchronous": 1}
+    assert pragmas(store) == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 15000, "synchronous": 1}
     docs, results = ner_run()
     store.record_run(make_report(results), docs, "ui")
     assert Path(str(store.path) + "-wal").exists()

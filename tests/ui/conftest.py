@@ -21,6 +21,11 @@ weights = "{weights}"
 device = "cpu"
 batch_size = 4
 
+[models.fakegen]
+weights = "{weights}"
+device = "cpu"
+batch_size = 4
+
 [storage]
 database = "{tmp / 'runs.db'}"
 demo_weights_dir = "{tmp / 'demo-weights'}"
@@ -51,8 +56,8 @@ def ui_env(tmp_path, monkeypatch, fake_plugin):
     """Settings pointing at tmp, fake demo weights, a FakeMonitor; Streamlit caches cleared around each test."""
     import streamlit as st
 
+    from tests.fake_monitor import FakeMonitor
     from workstation import settings
-    from workstation.monitor import FakeMonitor
     from workstation.ui import state
     weights = fake_plugin.family.write_demo_weights(tmp_path / "fake-weights")
     monkeypatch.setattr(settings, "DEFAULT_PATH", write_settings(tmp_path, weights))

@@ -1,10 +1,11 @@
-"""A throwaway model plugin and optimization for the UI tests: deterministic, instant, CPU-only.
+"""Throwaway model plugins and optimizations for the UI tests: deterministic, instant, CPU-only.
 
-`fakeie` finds every occurrence of each schema type name in the text (so hostile type names end up
-in spans), classifies with a fixed confidence when the text starts with [CLASSIFY], and for a label
-list (a generative task) writes a raw generation with one grounded and one ungrounded span. A text
-starting with [SLOW] takes 50 ms. With the option read_last=N it reads only the last N characters (as
-SeqGPT keeps the end of a long prompt) and reports that coverage, unless long_text is "window".
+`fakeie` reads a schema (as RexUniNLU does): it finds every occurrence of each schema type name in the
+text (so hostile type names end up in spans) and classifies with a fixed confidence when the text
+starts with [CLASSIFY]. `fakegen` reads a task and labels (as SeqGPT does; its presets hold label lists
+only) and writes a raw generation with one grounded and one ungrounded span. A text starting with
+[SLOW] takes 50 ms. With the option read_last=N a model reads only the last N characters (as SeqGPT
+keeps the end of a long prompt) and reports that coverage, unless long_text is "window".
 """
 from __future__ import annotations
 
@@ -16,12 +17,16 @@ from typing import Callable, Iterator, Sequence
 from contracts.domain import Document, InputError, Result, Span
 from contracts.hookspecs import hookimpl
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from contracts.names import Reads
 from contracts.optimization import Optimization
 
 PRESETS = [
     TaskPreset("ner", "Named entities", "Alice met Bob in Paris.", {"Alice": None, "Paris": None}),
     TaskPreset("relation", "Relation extraction", "Alice works at Acme.", {"Alice": {"employer(Acme)": None}}),
+]
+LABEL_PRESETS = [                           # label lists only: nothing in them is a dict
     TaskPreset("ext", "Generative extraction", "Alice met Bob.", ["person", "place"]),
+    TaskPreset("cls", "Classification", "Alice met Bob.", ("meeting", "parting")),
 ]
 
 
@@ -69,6 +74,23 @@ class FakeFamily(ModelFamily):
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / DEMO_MARKER).write_text("random")
         return out_dir
+
+
+class FakeLabelsFamily(FakeFamily):
+    """A model that declares it reads a task and labels (`Reads.LABELS`), as SeqGPT does."""
+
+    name = "fakegen"
+    title = "Fake generator (tests)"
+    tasks = {p.name: p for p in LABEL_PRESETS}
+    reads = Reads.LABELS
+
+    def validate(self, document: Document) -> None:
+        if not document.text.strip():
+            raise InputError("the text is empty", document.line)
+        if document.task not in self.tasks:
+            raise InputError(f"unknown task {document.task!r}", document.line)
+        if not isinstance(document.labels, list) or not document.labels:
+            raise InputError("\"labels\" must be a non-empty list", document.line)
 
 
 class FakeModel(LoadedModel):
@@ -165,10 +187,12 @@ class FakePlugin:
 
     def __init__(self) -> None:
         self.family = FakeFamily()
+        self.labels_family = FakeLabelsFamily()
 
     @hookimpl
     def register_models(self, register):
         register(self.family)
+        register(self.labels_family)
 
     @hookimpl
     def register_optimizations(self, register):

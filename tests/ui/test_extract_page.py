@@ -99,8 +99,9 @@ def test_a_huge_paste_is_drawn_in_part_but_extracted_in_full(app):
 
 
 def test_a_generative_task_shows_the_raw_text_beside_grounded_spans_and_flags_the_rest(app):
+    app.session_state["model"] = "fakegen"          # reads labels: the schema box holds a label list
     at = app.run()
-    at.selectbox(key="task:fakeie").select("ext").run()
+    assert json.loads(at.text_area(key="schema:fakegen").value) == ["person", "place"]
     button(at, "Run").click().run()
     assert not at.exception
     assert [c.value for c in at.code] == ["person: Alice\nplace: Atlantis"]

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
-from workstation.monitor import FakeMonitor, GpuProcess, GpuRecorder, GpuSample, NvmlMonitor
+from tests.fake_monitor import FakeMonitor
+from workstation.monitor import GpuProcess, GpuRecorder, GpuSample, NvmlMonitor
 
 
 @pytest.mark.parametrize("error", [pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError_DriverNotLoaded])

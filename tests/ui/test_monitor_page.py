@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 
-from workstation.monitor import FakeMonitor
+from tests.fake_monitor import FakeMonitor
 from workstation.ui import state
 
 PAGE = "screens/monitor.py"

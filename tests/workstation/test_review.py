@@ -4,17 +4,9 @@ from __future__ import annotations
 import pytest
 
 from contracts.domain import Document, InputError, Result, Span
-from contracts.names import Reads
-from tests.ui.fake_plugin import FakeFamily
+from tests.ui.fake_plugin import FakeFamily, FakeLabelsFamily
 from workstation.agreement import agreement
 from workstation.review import NEITHER, documents_for, gold_for, label_driven, options, split_types
-
-
-class LabelFamily(FakeFamily):
-    """A family that declares it reads label lists (as SeqGPT does)."""
-
-    tasks = {"ext": FakeFamily.tasks["ext"]}
-    reads = Reads.LABELS
 
 
 def test_types_split_on_commas_and_lines_once_each():
@@ -22,7 +14,7 @@ def test_types_split_on_commas_and_lines_once_each():
 
 
 def test_each_model_reads_the_same_types_its_own_way():
-    schema_family, label_family = FakeFamily(), LabelFamily()
+    schema_family, label_family = FakeFamily(), FakeLabelsFamily()
     assert not label_driven(schema_family) and label_driven(label_family)
     texts = ["张三在北京", "", "李四很满意"]
     rex = documents_for(schema_family, "cls", ["正向", "负向"], texts)

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from contracts.domain import InputError, WeightsError
+from contracts.names import Reads
 from storage.views import NotFound
 from workstation import plugins
 from workstation.api import label_studio
@@ -225,7 +226,7 @@ def _routes(app: FastAPI, state: ApiState) -> None:
         for name, fam in state.families().items():
             weights, demo = state.settings.weights_for(name)
             ms = state.settings.model(name)
-            out.append({"name": name, "title": fam.title, "weights": str(weights),
+            out.append({"name": name, "title": fam.title, "reads": str(fam.reads), "weights": str(weights),
                         "demo": demo or (weights.exists() and fam.is_demo(weights)),
                         "tasks": [{"name": t.name, "title": t.title, "example": t.text, "schema": t.schema,
                                    "description": t.description} for t in fam.tasks.values()],
@@ -400,16 +401,20 @@ async def _upload(state: ApiState, request: Request):
     schema, labels, options = field_json("schema"), field_json("labels"), field_json("options")
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "invalid_input", "options: a JSON object is required")
-    default = schema if labels is None else {"task": fields.get("task") or "ext", "labels": labels}
     names = None if "optimizations" not in fields else [
         n.strip() for n in fields["optimizations"].split(",") if n.strip() and n.strip() != "none"]
     config = state.config(model, fields.get("device") or None, fields.get("dtype") or None, names, options, None)
     fam = state.family(model)
+    # The default for lines without their own, as the model reads it; the other kind is named as an error.
+    if fam.reads == Reads.LABELS and labels is not None:
+        default, where = {"task": fields.get("task") or "ext", "labels": labels}, "labels"
+    else:
+        default, where = (schema, "schema") if schema is not None else (labels, "labels")
     data = await upload.read()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"upload{suffix}"
         path.write_bytes(data)
-        documents, _ = await _run_in_thread(read_valid_documents, path, fam, default)
+        documents, _ = await _run_in_thread(read_valid_documents, path, fam, default, False, "", where)
     if not documents:
         raise ApiError(400, "invalid_upload", f"{name} has no documents")
     return config, documents, name

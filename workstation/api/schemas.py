@@ -30,9 +30,10 @@ class Strict(BaseModel):
 class DocumentIn(Strict):
     id: str | int | None = Field(None, description="default: the 1-based position in `documents`")
     text: str
-    schema_: dict[str, Any] | None = Field(None, alias="schema", description="RexUniNLU schema")
-    task: str | None = Field(None, max_length=64, description="SeqGPT task: cls | ext (| nli)")
-    labels: list[str] | None = Field(None, description="SeqGPT labels")
+    schema_: dict[str, Any] | None = Field(None, alias="schema",
+                                           description="for a model that reads a schema (GET /v1/models: reads)")
+    task: str | None = Field(None, max_length=64, description="for a model that reads labels; SeqGPT: cls | ext | nli")
+    labels: list[str] | None = Field(None, description="for a model that reads labels (GET /v1/models: reads)")
 
     @field_validator("schema_")
     @classmethod
@@ -45,8 +46,8 @@ class ExtractRequest(Strict):
     documents: list[DocumentIn] = Field(..., min_length=1)
     schema_: dict[str, Any] | None = Field(None, alias="schema",
                                            description="default schema for documents without one")
-    task: str | None = Field(None, max_length=64, description="default SeqGPT task")
-    labels: list[str] | None = Field(None, description="default SeqGPT labels")
+    task: str | None = Field(None, max_length=64, description="default task (a model that reads labels)")
+    labels: list[str] | None = Field(None, description="default labels (a model that reads labels)")
     optimizations: list[str] | None = Field(None, description="names; [] = the fp32 eager path; "
                                                                "omitted: settings.toml's")
     dtype: Dtype | None = None

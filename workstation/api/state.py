@@ -113,13 +113,14 @@ class ApiState:
                          tuple(sorted(options.items())), batch_size or ms.batch_size)
 
     def documents(self, model: str, items: Sequence[dict[str, Any]]) -> list[Document]:
-        """Request documents -> Documents, each checked by its model; `line` is its 1-based position."""
+        """Request documents -> Documents, each checked as a run checks it (`ModelFamily.check`: the text, the kind
+        of input the model reads, its own rules); `line` is its 1-based position."""
         fam = self.family(model)
         documents = []
         for n, item in enumerate(items, start=1):
             doc = Document(str(item.get("id") if item.get("id") is not None else n), item["text"],
                            item.get("schema"), item.get("task"), item.get("labels"), line=n)
-            fam.validate(doc)
+            fam.check(doc)
             documents.append(doc)
         return documents
 

@@ -28,6 +28,7 @@ from workstation import engine, plugins
 from workstation.corpus.layout import FORMATS, OutputDir, Shard, finalise_shard, manifest_entry, now, plan_shards
 from workstation.corpus.progress import TALLY_PREFIX, Progress, Reporter, Tally, Watcher
 from workstation.corpus.work import ExtractionWorker, parse_shards
+from workstation.inputs import defaults_for
 from workstation.settings import ROOT
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ def check(job: CorpusJob) -> None:
         raise InputError("--batch-size and --workers must be at least 1")
     if job.gpus_per_worker is not None and job.gpus_per_worker < 0:
         raise InputError("--gpus-per-worker cannot be negative")
-    engine.family(job.model)
+    defaults_for(engine.family(job.model).reads, job.schema)       # --schema of the kind the model reads
     unknown = [n for n in job.optimizations if n not in plugins.optimizations()]
     if unknown:
         raise InputError(f"unknown optimization(s) {', '.join(unknown)}; "
@@ -223,7 +224,7 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
         reporter = Reporter(tally)
         ds = ray.data.read_binary_files([s.path for s in pending], include_paths=True)
         ds = ds.map_batches(parse_shards, batch_size=1, batch_format="numpy", num_cpus=0.5,
-                            fn_kwargs={"keys": {s.path: s.key for s in pending}, "default": job.schema,
+                            fn_kwargs={"keys": {s.path: s.key for s in pending}, "default": defaults_for(engine.family(job.model).reads, job.schema),
                                        "done": done_lines, "report": reporter})
         ds = ds.map_batches(ExtractionWorker, batch_size=job.rows_per_call or max(4 * job.batch_size, 32),
                             batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=workers),

@@ -1,7 +1,7 @@
 """What Ray runs for a corpus job, free of Ray itself: shards into document rows, document rows into results.
 
 `parse_shards` reads a shard's bytes with the CLI's parser (workstation/inputs.py); `ExtractionWorker` loads
-the model once and runs the CLI's engine code (load_for_run, validate, engine.run). A line or document that
+the model once and runs the CLI's engine code (load_for_run, the model's checks, engine.run). A line or document that
 fails becomes a row with its reason in `error`; it never fails the job.
 """
 from __future__ import annotations
@@ -92,7 +92,7 @@ class ExtractionWorker:
             doc = Document(row["id"], row["text"], _json(row["schema"]), row["task"], _json(row["labels"]),
                            row["line"])
             try:
-                self.model.family.validate(doc)
+                self.model.family.check(doc)
             except InputError as e:
                 out[i] = _result_row(row, error=str(e))
                 continue

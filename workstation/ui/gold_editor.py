@@ -18,6 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from contracts.domain import Document, InputError, Result
+from contracts.names import Reads
 from workstation.ui import render, state
 
 DRAFT = "gold_draft"
@@ -29,14 +30,24 @@ def draft_tuples(result: Result) -> list[list[dict[str, Any]]]:
              for s in tup] for tup in result.tuples]
 
 
-def allowed_types(document: Document, tup: list[dict], j: int) -> list[str]:
-    """The types element j of a tuple may have: a schema level under the elements before it, or the labels."""
-    if document.schema is None:
+def allowed_types(document: Document, tup: list[dict], j: int, reads: Reads) -> list[str]:
+    """The types element j of a tuple may have: the labels (a label model reads one flat list), or a schema
+    level under the elements before it."""
+    if reads == Reads.LABELS:
         return [str(x) for x in document.labels or []] if j == 0 else []
     node: Any = document.schema
     for e in tup[:j]:
         node = node.get(e["type"]) if isinstance(node, dict) else None
     return [str(k) for k in node] if isinstance(node, dict) else []
+
+
+def reads_of(model: str, document: Document) -> Reads:
+    """What the run's model reads, as it declares it. A run of a model whose plugin is gone has only its
+    document to go by."""
+    family = state.families().get(model)
+    if family is not None:
+        return family.reads
+    return Reads.LABELS if document.schema is None and document.labels is not None else Reads.SCHEMA
 
 
 def element_problem(text: str, e: dict) -> str | None:
@@ -102,6 +113,7 @@ def gold_document(run_id: int, doc: Document) -> Document:
 def editor(store, detail, position: int) -> None:
     run_id, model = detail.id, detail.summary.model
     doc, result = detail.items[position]
+    reads = reads_of(model, doc)
     d = _draft(run_id, position, result)
     text, tuples = doc.text, d["tuples"]
     actions: list[tuple] = []
@@ -124,9 +136,9 @@ def editor(store, detail, position: int) -> None:
         else:
             st.info("No extractions in the draft: add the ones the model should have found, or save it as a "
                     "gold example with nothing to extract.")
-        _add_form(d, doc, actions)
+        _add_form(d, doc, reads, actions)
         if tuples:
-            _tuple_editor(d, doc, actions)
+            _tuple_editor(d, doc, reads, actions)
         if st.button("Start over from the model's output", key=_key(d, "reset")):
             actions.append(("load", draft_tuples(result)))
         _save(store, d, run_id, model, position, doc)
@@ -137,8 +149,8 @@ def editor(store, detail, position: int) -> None:
         st.rerun()
 
 
-def _add_form(d: dict, doc: Document, actions: list) -> None:
-    types = allowed_types(doc, [], 0)
+def _add_form(d: dict, doc: Document, reads: Reads, actions: list) -> None:
+    types = allowed_types(doc, [], 0, reads)
     with st.form(_key(d, "add"), border=True):
         st.markdown("**Add an extraction**")
         cols = st.columns([2, 3, 1])
@@ -157,7 +169,7 @@ def _add_form(d: dict, doc: Document, actions: list) -> None:
                 actions.append(("add", [{"type": type_name, "span": span, "offset": list(found)}]))
 
 
-def _tuple_editor(d: dict, doc: Document, actions: list) -> None:
+def _tuple_editor(d: dict, doc: Document, reads: Reads, actions: list) -> None:
     tuples, text = d["tuples"], doc.text
     st.markdown("**Edit an extraction**")
     d["selected"] = min(d.get("selected", 0), len(tuples) - 1)
@@ -169,7 +181,7 @@ def _tuple_editor(d: dict, doc: Document, actions: list) -> None:
     tup = tuples[selected]
     with st.container(border=True):
         for j, e in enumerate(tup):
-            options = allowed_types(doc, tup, j)
+            options = allowed_types(doc, tup, j, reads)
             options = options if e["type"] in options else [e["type"]] + options
             cols = st.columns([3, 1.2, 1.2, 3, 1.1])
             e["type"] = cols[0].selectbox(f"Type of element {j + 1}", options, index=options.index(e["type"]),
@@ -199,7 +211,7 @@ def _tuple_editor(d: dict, doc: Document, actions: list) -> None:
                         st.error(f"“{render.md_text(e['span'])}” does not occur in the text.")
                     else:
                         actions.append(("set", selected, j, {"offset": list(found)}))
-        deeper = allowed_types(doc, tup, len(tup))
+        deeper = allowed_types(doc, tup, len(tup), reads)
         cols = st.columns(2)
         if cols[0].button("Add an element", key=_key(d, selected, "grow"), disabled=not deeper,
                           help="The next element of a relation or event (an argument)" if deeper else

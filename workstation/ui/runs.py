@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 from contracts.domain import Document, InputError
 from contracts.model import ModelFamily, TaskPreset
+from contracts.names import Reads
 from workstation import engine, plugins
 from workstation.shelf import ModelShelf
 from workstation.ui import state
@@ -42,27 +43,27 @@ def json_kind(value: Any) -> str:
     return {dict: "a JSON object", list: "a list", str: "a string"}.get(type(value), "a number")
 
 
-def check_schema_shape(preset: TaskPreset | None, schema: Any) -> None:
-    """The schema box must hold what the task's model reads: a label list where the preset has one
-    (SeqGPT), otherwise an object of types (RexUniNLU). Said in the UI's words, with an example."""
-    if preset is None:
-        return
-    example = json.dumps(preset.schema[:2] if isinstance(preset.schema, list) else
-                         dict(list(preset.schema.items())[:2]), ensure_ascii=False)
-    if isinstance(preset.schema, list) and not isinstance(schema, list):
-        raise InputError(f"this task takes a list of labels in the schema box, such as {example}; "
-                         f"it holds {json_kind(schema)}")
-    if isinstance(preset.schema, dict) and not isinstance(schema, dict):
-        raise InputError(f"this task takes a JSON object of types in the schema box, such as {example}; "
-                         f"it holds {json_kind(schema)}")
+def check_schema_shape(family: ModelFamily, preset: TaskPreset | None, schema: Any) -> None:
+    """The schema box must hold what the model reads (`family.reads`): a list of labels, or a JSON object of
+    types. Said in the UI's words, with an example from the task's preset."""
+    if family.reads == Reads.LABELS:
+        if not isinstance(schema, list):
+            example = list(preset.schema)[:2] if preset and isinstance(preset.schema, (list, tuple)) else ["人物", "地点"]
+            raise InputError(f"this task takes a list of labels in the schema box, such as "
+                             f"{json.dumps(example, ensure_ascii=False)}; it holds {json_kind(schema)}")
+    elif not isinstance(schema, dict):
+        example = dict(list(preset.schema.items())[:2]) if preset and isinstance(preset.schema, dict) else {"人物": None}
+        raise InputError(f"this task takes a JSON object of types in the schema box, such as "
+                         f"{json.dumps(example, ensure_ascii=False)}; it holds {json_kind(schema)}")
 
 
 def document_for(family: ModelFamily, preset: TaskPreset | None, schema: Any, text: str,
                  doc_id: str = "1") -> Document:
-    """A schema dict drives span extraction (RexUniNLU); a label list drives a generative task (SeqGPT).
-    Labels are passed as given: the model names a label that is not a string (str() would hide it)."""
-    check_schema_shape(preset, schema)
-    if isinstance(schema, list):
+    """The schema box as the model reads it: a schema drives span extraction (RexUniNLU), a label list a
+    generative task (SeqGPT). Labels are passed as given: the model names a label that is not a string
+    (str() would hide it)."""
+    check_schema_shape(family, preset, schema)
+    if family.reads == Reads.LABELS:
         return Document(doc_id, text, task=preset.name if preset else None, labels=list(schema))
     return Document(doc_id, text, schema=schema)
 

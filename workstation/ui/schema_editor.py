@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from contracts.domain import InputError
+from contracts.names import Reads
 from workstation.inputs import json_problem, loads
 
 
@@ -19,12 +20,13 @@ def parse_schema(source: str) -> Any:
         raise InputError(f"schema is not valid JSON: {json_problem(e)}") from None
 
 
-def flat_types(schema: Any) -> list[str] | None:
-    """The type names of a flat schema ({"人物": null, ...} or ["label", ...]); None when nested."""
+def flat_types(schema: Any, reads: Reads) -> list[str] | None:
+    """The type names of a flat schema as the model reads it ({"人物": null, ...}, or ["label", ...] for a
+    label model); None when nested or not of that kind."""
+    if reads == Reads.LABELS:
+        return list(schema) if isinstance(schema, list) and all(isinstance(v, str) for v in schema) else None
     if isinstance(schema, dict) and all(v is None for v in schema.values()):
         return [str(k) for k in schema]
-    if isinstance(schema, list) and all(isinstance(v, str) for v in schema):
-        return list(schema)
     return None
 
 
@@ -37,9 +39,9 @@ def split_types(text: str) -> list[str]:
     return list(seen)
 
 
-def flat_schema(types: list[str], like: Any) -> Any:
-    """A flat schema of `types` in the shape of `like` (a label list stays a list)."""
-    return list(types) if isinstance(like, list) else {t: None for t in types}
+def flat_schema(types: list[str], reads: Reads) -> Any:
+    """A flat schema of `types` as the model reads it: a label list, or an object of types."""
+    return list(types) if reads == Reads.LABELS else {t: None for t in types}
 
 
 def dump(schema: Any) -> str:

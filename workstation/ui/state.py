@@ -18,9 +18,9 @@ from workstation.settings import Settings, load_settings
 from workstation.shelf import ModelShelf
 from workstation.ui import render
 
-# Tests replace this with a FakeMonitor factory; the app reads NVML.
+# What the GPU recorder samples: NVML. Anything shaped like monitor.GpuMonitor can take its place.
 monitor_factory = NvmlMonitor
-# The fine-tuning process: `launcher.py finetune` (None); tests put a fake trainer here.
+# The command that runs a fine-tuning job; None: `launcher.py finetune` with this interpreter.
 trainer_command: list[str] | None = None
 HISTORY_WINDOW_S = 600
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import streamlit as st
 
 from contracts.domain import InputError
+from contracts.names import Reads
 from workstation import plugins
 from workstation.inputs import read_valid_documents
 from workstation.ui import gpu, local_files, render, runs, schema_editor, state
@@ -35,8 +36,9 @@ if st.session_state.get(TASK) not in presets:
     load_preset()
 
 with st.container(border=True):
-    st.markdown("**Input**: JSONL (`{\"id\", \"text\", \"schema\"}` or `{\"id\", \"text\", \"task\", \"labels\"}`), "
-                "TXT (one text a line) or CSV (a `text` column). Lines without a schema use the default below.")
+    st.markdown(("**Input**: JSONL (`{\"id\", \"text\", \"task\", \"labels\"}`)" if fam.reads == Reads.LABELS else
+                 "**Input**: JSONL (`{\"id\", \"text\", \"schema\"}`)")
+                + ", TXT (one text a line) or CSV (a `text` column). Lines without their own use the default below.")
     path_refused = local_files.refusal(state.settings(), state.bound_host())
     loopback = local_files.is_loopback(state.bound_host())
     # Beyond loopback the choice is not offered at all (and read_input refuses it if a stale state asks).
@@ -89,8 +91,8 @@ def default_schema():
     if not source.strip():
         return None                     # every line brings its own schema
     schema = schema_editor.parse_schema(source)
-    runs.check_schema_shape(presets[st.session_state[TASK]], schema)
-    return {"task": st.session_state[TASK], "labels": schema} if isinstance(schema, list) else schema
+    runs.check_schema_shape(fam, presets[st.session_state[TASK]], schema)
+    return {"task": st.session_state[TASK], "labels": schema} if fam.reads == Reads.LABELS else schema
 
 
 if start:

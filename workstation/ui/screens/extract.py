@@ -4,6 +4,7 @@ from __future__ import annotations
 import streamlit as st
 
 from contracts.domain import InputError, WeightsError
+from contracts.names import Reads
 from storage.repository import NotFound
 from workstation.ui import render, results, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
@@ -42,7 +43,8 @@ if preset.description:
 left, right = st.columns([2, 3])
 with left:
     st.text_area("Schema (JSON)", key=SCHEMA, height=220,
-                 help="RexUniNLU: an object of types, nested for relations and events. SeqGPT: a list of labels.")
+                 help="A list of labels." if fam.reads == Reads.LABELS else
+                 "An object of types, nested for relations and events.")
 with right:
     st.text_area("Text", key=TEXT, height=220, placeholder="Paste the text to extract from")
     st.caption(f"{len(st.session_state.get(TEXT) or ''):,} characters")
@@ -61,13 +63,13 @@ with left:
         st.error(render.md_text(schema_error))
     else:
         st.success("Schema and text are valid.", icon=":material/check_circle:")
-    types = schema_editor.flat_types(schema) if schema is not None else None
+    types = schema_editor.flat_types(schema, fam.reads) if schema is not None else None
     if types is not None:
         with st.form(f"types-form:{fam.name}", border=False):
             typed = st.text_input("Types (comma-separated)", value=", ".join(types),
                                   help="A quick way to edit a flat schema; nested schemas need the JSON editor.")
             if st.form_submit_button("Use these types") and schema_editor.split_types(typed):
-                flat = schema_editor.flat_schema(schema_editor.split_types(typed), preset.schema)
+                flat = schema_editor.flat_schema(schema_editor.split_types(typed), fam.reads)
                 st.session_state[PENDING] = schema_editor.dump(flat)
                 st.rerun()
 

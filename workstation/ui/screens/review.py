@@ -40,7 +40,7 @@ with st.expander("Run two models on the same texts", expanded=pair is None):
     kind = c[2].radio("Task", list(review.KINDS), format_func=review.KINDS.__getitem__, key="review_kind",
                       horizontal=True)
     typed = st.text_input("Types (comma-separated)", key="review_types", placeholder="人物, 地理位置, 组织机构",
-                          help="RexUniNLU reads them as a flat schema, SeqGPT as its label list.")
+                          help="Each model reads them as it declares: a flat schema (RexUniNLU) or a label list (SeqGPT).")
     texts = st.text_area("Texts (one per line)", key="review_texts", height=140)
     if st.button("Run both", type="primary"):
         try:

@@ -1,0 +1,46 @@
+"""Is a process still the one we started? (psutil: the pid exists and is no zombie, and is not a reused pid.)"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import psutil
+
+from workstation.jobs import owner_is_dead
+from workstation.training_runs import pid_alive
+
+SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def test_a_run_process_is_alive_only_while_it_runs_and_holds_its_marker(tmp_path):
+    events = str(tmp_path / "events.jsonl")
+    child = subprocess.Popen([*SLEEP, "--events", events])
+    try:
+        assert pid_alive(child.pid) and pid_alive(child.pid, events)
+        assert not pid_alive(child.pid, str(tmp_path / "another-run.jsonl"))     # the pid went to another program
+        child.kill()
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(child.pid, events)                                  # exited, not yet collected
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid, events)
+
+
+def test_a_job_owner_whose_pid_went_to_a_younger_process_is_dead():
+    host = socket.gethostname()
+    child = subprocess.Popen(SLEEP)
+    try:
+        born = datetime.fromtimestamp(psutil.Process(child.pid).create_time(), timezone.utc)
+        assert not owner_is_dead(f"{host}:{child.pid}:x", born + timedelta(seconds=1), 3600)
+        assert owner_is_dead(f"{host}:{child.pid}:x", born - timedelta(seconds=60), 3600)   # reused pid
+    finally:
+        child.kill()
+        child.wait()
+    assert not owner_is_dead(f"{host}:{os.getpid()}:x", datetime.now(timezone.utc), 60)
