@@ -8,6 +8,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys._called_from_test = True            # installed entry-point plugins never load in tests
+# ... nor in the processes tests start (the CLI, job workers, Ray), unless a test names a distribution: a
+# plugin another test is installing or removing meanwhile (tests/examples) must not be half-imported there.
+os.environ.setdefault("IEW_LOAD_PLUGINS", "")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton kernels run on the CPU interpreter in tests
 

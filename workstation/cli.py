@@ -135,12 +135,14 @@ def run_ui() -> int:
 
 
 def ensure_demo_weights(settings) -> None:
-    """First run without configured weights: write the demo checkpoints the UI will use."""
+    """First run without configured weights: write the demo checkpoints the UI will use. A model that needs
+    no weights is left alone; one that needs them and has no demo weights is named, with what to do."""
     for name, fam in plugins.model_families().items():
-        weights, is_demo = settings.weights_for(name)
+        weights, is_demo = settings.weights_for(name, fam.needs_weights)
         if is_demo and not weights.exists():
             print(f"writing {name} demo weights (random; outputs are meaningless) to {weights} ...", file=sys.stderr)
-            fam.write_demo_weights(weights, settings.demo_size())
+            if fam.write_demo_weights(weights, settings.demo_size()) is None:
+                print(f"note: {name} offers no demo weights; {engine.missing_weights(name, weights)}", file=sys.stderr)
 
 
 def demo_weights(args) -> int:
@@ -152,6 +154,9 @@ def demo_weights(args) -> int:
         fam = engine.family(name)
         for size in (["full", "tiny"] if args.size == "all" else [args.size]):
             path = fam.write_demo_weights(out / f"{name}-{size}", size)
+            if path is None:
+                print(f"{name}: no demo weights" + ("" if fam.needs_weights else " (it runs without weights)"))
+                break
             print(f"{name} {size}: {path}  (RANDOM weights: outputs are meaningless)")
     return 0
 
@@ -168,10 +173,13 @@ def extract(args) -> int:
     for e in skipped:
         print(f"skipped: {e}", file=sys.stderr)
 
-    weights = Path(args.weights) if args.weights else s.weights_for(args.model)[0]
+    if args.weights and not Path(args.weights).exists():      # a model that needs no weights would not notice
+        raise WeightsError(f"--weights {args.weights} does not exist")
+    weights = Path(args.weights) if args.weights else s.weights_for(args.model, fam.needs_weights)[0]
     device = engine.resolve_device(args.device or ms.device)
-    model, active = engine.load_for_run(args.model, weights, device, optimization_names(args.optimizations, s),
-                                        args.dtype, ms.dtype)
+    # Without --optimizations, settings.toml's apply where they can (engine.load_for_run).
+    names = None if args.optimizations is None else optimization_names(args.optimizations, s)
+    model, active = engine.load_for_run(args.model, weights, device, names, args.dtype, ms.dtype)
     thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
@@ -264,8 +272,9 @@ def corpus(args) -> int:
     ms = s.model(args.model)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty)) if v is not None}
+    weights = Path(args.weights) if args.weights else s.weights_for(args.model, engine.family(args.model).needs_weights)[0]
     job = runner.CorpusJob(
-        args.model, Path(args.weights) if args.weights else s.weights_for(args.model)[0], args.input, args.output,
+        args.model, weights, args.input, args.output,
         address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
         batch_size=args.batch_size or ms.batch_size, optimizations=optimization_names(args.optimizations, s),
         dtype=args.dtype, configured_dtype=ms.dtype, format=args.format, schema=parse_schema_arg(args.schema),
