@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--long-text", default=None, choices=["truncate", "window"],
                    help="seqgpt: truncate keeps the last 1,024 prompt tokens (the reference, default); "
                         "window reads all of a long text in overlapping windows")
+    x.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="any model option (a plugin's too; GET /v1/models lists them), typed like its default; "
+                        "repeatable")
     x.add_argument("--skip-invalid", action="store_true", help="skip bad input lines and report them")
     x.add_argument("--no-record", action="store_true", help="do not record the run in the history database")
     x.add_argument("--thresholds", default=None, metavar="saved|FILE",
@@ -184,6 +187,7 @@ def extract(args) -> int:
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
                if v is not None}
+    options.update(model_options(fam, args.option))
     batch_size = args.batch_size or ms.batch_size
     if batch_size < 1:
         raise InputError("--batch-size must be at least 1")
@@ -217,6 +221,28 @@ def extract(args) -> int:
     if not args.no_record:
         record(s, report, valid, summary)
     return 0
+
+
+def model_options(family, pairs: list[str]) -> dict:
+    """--option NAME=VALUE, for the options a model declares (ModelFamily.options), typed like the default."""
+    options = {}
+    for pair in pairs:
+        name, given, text = pair.partition("=")
+        if not given or name not in family.options:
+            takes = ", ".join(f"{k}={v}" for k, v in family.options.items()) or "no options"
+            raise InputError(f"--option {pair!r}: {family.name} takes {takes}")
+        default, choices = family.options[name], family.option_choices.get(name)
+        try:
+            if isinstance(default, bool):
+                value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}[text.lower()]
+            else:
+                value = type(default)(text) if isinstance(default, (int, float)) else text
+        except (KeyError, ValueError):
+            raise InputError(f"--option {name}: {text!r} is not a {type(default).__name__}") from None
+        if choices and value not in choices:
+            raise InputError(f"--option {name}: {text!r} is not one of {', '.join(map(str, choices))}")
+        options[name] = value
+    return options
 
 
 def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dict[str, float] | None:

@@ -140,6 +140,21 @@ def test_a_dictionary_folder_is_its_weights_and_a_missing_one_is_an_error(tmp_pa
     assert "optimization 'sparse-mask' does not apply to gazetteer" in capsys.readouterr().err
 
 
+def test_model_options_are_given_on_the_command_line_typed_like_their_defaults(tmp_path, gazetteer_plugin,
+                                                                                settings_file, capsys):
+    from workstation.cli import main
+    source = write_jsonl(tmp_path / "in.jsonl", [{"id": 1, "text": "the nato summit", "schema": {"组织机构": None}}])
+    out = tmp_path / "out.jsonl"
+    args = ["extract", "--model", "gazetteer", "--input", str(source), "--output", str(out), "--no-record"]
+    assert main(args) == 0 and json.loads(out.read_text("utf-8"))["output"] == []
+    assert main(args + ["--option", "ignore_case=true"]) == 0
+    assert json.loads(out.read_text("utf-8"))["output"] == [[{"type": "组织机构", "span": "nato", "offset": [4, 8]}]]
+    assert main(args + ["--option", "ignore_case=maybe"]) == 2
+    assert "--option ignore_case: 'maybe' is not a bool" in capsys.readouterr().err
+    assert main(args + ["--option", "num_beams=2"]) == 2
+    assert "gazetteer takes ignore_case=False, builtin_dictionaries=True" in capsys.readouterr().err
+
+
 def test_no_demo_weights_are_written_or_announced_for_it(tmp_path, gazetteer_plugin, settings_file, capsys):
     from workstation.cli import ensure_demo_weights, main
     from workstation.settings import load_settings
