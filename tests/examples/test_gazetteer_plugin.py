@@ -198,13 +198,13 @@ def test_a_model_that_needs_weights_and_has_no_demo_weights_says_what_to_do(tmp_
 # ---- the UI, batch jobs and the API -----------------------------------------------------------------------------
 
 @pytest.fixture
-def app(tmp_path, gazetteer_plugin, settings_file):
+def app(tmp_path, gazetteer_plugin, settings_file, monkeypatch):
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
     from workstation.monitor import FakeMonitor
     from workstation.ui import state
-    state.monitor_factory = lambda: FakeMonitor.steady(gpus=0, pid=os.getpid())
+    monkeypatch.setattr(state, "monitor_factory", lambda: FakeMonitor.steady(gpus=0, pid=os.getpid()))
     st.cache_resource.clear()
     at = AppTest.from_file(str(ROOT / "workstation" / "ui" / "app.py"), default_timeout=60)
     at.session_state["model"] = "gazetteer"
