@@ -23,14 +23,19 @@ def inside_venv() -> bool:
 
 
 def install(requirements: Path) -> None:
-    """pip install -r once per content of the file (a stamp in .venv/ remembers it)."""
-    digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
+    """pip install -r once per content of the file (a stamp in .venv/ remembers it). Paths in the file are
+    relative to this folder; a file with editable installs (-e PATH) is stamped with the folder too, since
+    the venv then runs code from this checkout."""
+    content = requirements.read_bytes()
+    if b"\n-e " in b"\n" + content:
+        content += str(ROOT).encode()
+    digest = hashlib.sha256(content).hexdigest()
     stamp = VENV / f".installed-{requirements.name}"
     if stamp.exists() and stamp.read_text() == digest:
         return
     print(f"[launcher] installing {requirements.name} into {VENV} (first run only) ...", file=sys.stderr)
     subprocess.check_call([str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                           "-r", str(requirements)])
+                           "-r", str(requirements)], cwd=ROOT)
     stamp.write_text(digest)
 
 
@@ -94,6 +99,7 @@ def bootstrap(with_tests: bool) -> None:
     install_workstation()
     if with_tests:
         install(ROOT / "requirements-dev.txt")
+        install(ROOT / "requirements-examples.txt")     # the example plugin (docs/plugins.md), for its tests
         install_label_studio()
         install(ROOT / "requirements-corpus.txt")       # the corpus tests run Ray too
 

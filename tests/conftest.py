@@ -7,7 +7,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("IEW_LOAD_PLUGINS", "")  # installed third-party plugins never load in tests (or their children)
+# Installed third-party plugins never load in tests, nor in the processes tests start (the CLI, job workers,
+# Ray), unless a test names a distribution: a plugin another test is installing or removing meanwhile
+# (tests/examples) must not be half-imported there.
+os.environ.setdefault("IEW_LOAD_PLUGINS", "")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton kernels run on the CPU interpreter in tests
 

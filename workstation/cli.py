@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--long-text", default=None, choices=["truncate", "window"],
                    help="seqgpt: truncate keeps the last 1,024 prompt tokens (the reference, default); "
                         "window reads all of a long text in overlapping windows")
+    x.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                   help="any model option (a plugin's too; GET /v1/models lists them), typed like its default; "
+                        "repeatable")
     x.add_argument("--skip-invalid", action="store_true", help="skip bad input lines and report them")
     x.add_argument("--no-record", action="store_true", help="do not record the run in the history database")
     x.add_argument("--thresholds", default=None, metavar="saved|FILE",
@@ -135,12 +138,14 @@ def run_ui() -> int:
 
 
 def ensure_demo_weights(settings) -> None:
-    """First run without configured weights: write the demo checkpoints the UI will use."""
+    """First run without configured weights: write the demo checkpoints the UI will use. A model that needs
+    no weights is left alone; one that needs them and has no demo weights is named, with what to do."""
     for name, fam in plugins.model_families().items():
-        weights, is_demo = settings.weights_for(name)
+        weights, is_demo = settings.weights_for(name, fam.needs_weights)
         if is_demo and not weights.exists():
             print(f"writing {name} demo weights (random; outputs are meaningless) to {weights} ...", file=sys.stderr)
-            fam.write_demo_weights(weights, settings.demo_size())
+            if fam.write_demo_weights(weights, settings.demo_size()) is None:
+                print(f"note: {name} offers no demo weights; {engine.missing_weights(name, weights)}", file=sys.stderr)
 
 
 def demo_weights(args) -> int:
@@ -152,6 +157,9 @@ def demo_weights(args) -> int:
         fam = engine.family(name)
         for size in (["full", "tiny"] if args.size == "all" else [args.size]):
             path = fam.write_demo_weights(out / f"{name}-{size}", size)
+            if path is None:
+                print(f"{name}: no demo weights" + ("" if fam.needs_weights else " (it runs without weights)"))
+                break
             print(f"{name} {size}: {path}  (RANDOM weights: outputs are meaningless)")
     return 0
 
@@ -168,14 +176,18 @@ def extract(args) -> int:
     for e in skipped:
         print(f"skipped: {e}", file=sys.stderr)
 
-    weights = Path(args.weights) if args.weights else s.weights_for(args.model)[0]
+    if args.weights and not Path(args.weights).exists():      # a model that needs no weights would not notice
+        raise WeightsError(f"--weights {args.weights} does not exist")
+    weights = Path(args.weights) if args.weights else s.weights_for(args.model, fam.needs_weights)[0]
     device = engine.resolve_device(args.device or ms.device)
-    model, active = engine.load_for_run(args.model, weights, device, optimization_names(args.optimizations, s),
-                                        args.dtype, ms.dtype)
+    # Without --optimizations, settings.toml's apply where they can (engine.load_for_run).
+    names = None if args.optimizations is None else optimization_names(args.optimizations, s)
+    model, active = engine.load_for_run(args.model, weights, device, names, args.dtype, ms.dtype)
     thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
                if v is not None}
+    options.update(model_options(fam, args.option))
     batch_size = args.batch_size or ms.batch_size
     if batch_size < 1:
         raise InputError("--batch-size must be at least 1")
@@ -209,6 +221,28 @@ def extract(args) -> int:
     if not args.no_record:
         record(s, report, valid, summary)
     return 0
+
+
+def model_options(family, pairs: list[str]) -> dict:
+    """--option NAME=VALUE, for the options a model declares (ModelFamily.options), typed like the default."""
+    options = {}
+    for pair in pairs:
+        name, given, text = pair.partition("=")
+        if not given or name not in family.options:
+            takes = ", ".join(f"{k}={v}" for k, v in family.options.items()) or "no options"
+            raise InputError(f"--option {pair!r}: {family.name} takes {takes}")
+        default, choices = family.options[name], family.option_choices.get(name)
+        try:
+            if isinstance(default, bool):
+                value = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}[text.lower()]
+            else:
+                value = type(default)(text) if isinstance(default, (int, float)) else text
+        except (KeyError, ValueError):
+            raise InputError(f"--option {name}: {text!r} is not a {type(default).__name__}") from None
+        if choices and value not in choices:
+            raise InputError(f"--option {name}: {text!r} is not one of {', '.join(map(str, choices))}")
+        options[name] = value
+    return options
 
 
 def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dict[str, float] | None:
@@ -264,8 +298,9 @@ def corpus(args) -> int:
     ms = s.model(args.model)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty)) if v is not None}
+    weights = Path(args.weights) if args.weights else s.weights_for(args.model, engine.family(args.model).needs_weights)[0]
     job = runner.CorpusJob(
-        args.model, Path(args.weights) if args.weights else s.weights_for(args.model)[0], args.input, args.output,
+        args.model, weights, args.input, args.output,
         address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
         batch_size=args.batch_size or ms.batch_size, optimizations=optimization_names(args.optimizations, s),
         dtype=args.dtype, configured_dtype=ms.dtype, format=args.format, schema=parse_schema_arg(args.schema),

@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from contracts.domain import Document, InputError, Result
+from contracts.domain import Document, InputError, Result, WeightsError
 from contracts.model import LoadedModel, ModelFamily
 from contracts.report import RunReport
 from contracts.stages import IDLE, StageClock
@@ -47,7 +47,23 @@ def family(name: str) -> ModelFamily:
 
 
 def load_model(name: str, weights: Path, device: str = "auto", dtype: str = "fp32") -> LoadedModel:
-    return family(name).load(Path(weights), resolve_device(device), dtype)
+    fam = family(name)
+    if fam.needs_weights and not Path(weights).exists():
+        raise WeightsError(missing_weights(name, Path(weights)))
+    return fam.load(Path(weights), resolve_device(device), dtype)
+
+
+def missing_weights(name: str, weights: Path) -> str:
+    """What to do when a model that needs weights has none: the same words on every surface."""
+    return (f"{name} has no weights: {weights} does not exist. Set [models.{name}] weights in settings.toml to its "
+            f"checkpoint directory, or pass --weights DIR (`python3 launcher.py demo-weights --model {name}` writes "
+            "random demo weights where the model offers them)")
+
+
+def applicable(model: LoadedModel, names: Sequence[str]) -> list[str]:
+    """The named optimizations that apply to this model; unknown names are kept, for apply_optimizations to refuse."""
+    registry = plugins.optimizations()
+    return [n for n in names if n not in registry or registry[n].applies_to(model)[0]]
 
 
 def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, str]:
@@ -72,12 +88,15 @@ def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, s
     return active
 
 
-def load_for_run(name: str, weights: Path, device: str, optimizations: Sequence[str], dtype: str | None = None,
+def load_for_run(name: str, weights: Path, device: str, optimizations: Sequence[str] | None, dtype: str | None = None,
                  configured_dtype: str = "fp32") -> tuple[LoadedModel, dict[str, str]]:
     """Load a model, switch the named optimizations on, settle the dtype: what `extract` and the corpus
-    workers both do. An explicit dtype wins; the configured one applies only where no optimization chose one."""
+    workers both do. An explicit dtype wins; the configured one applies only where no optimization chose one.
+    Named optimizations must apply to the model; None means settings.toml's defaults, switched on where they
+    apply (a default list written for one model must not stop another from running)."""
     model = load_model(name, weights, device, "fp32")
-    active = apply_optimizations(model, optimizations)
+    names = applicable(model, load_settings().optimizations) if optimizations is None else optimizations
+    active = apply_optimizations(model, names)
     chosen = dtype or (configured_dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
     if chosen != model.knobs.dtype:
         model.set_dtype(chosen)

@@ -65,11 +65,15 @@ class Settings:
         import torch
         return "full" if torch.cuda.is_available() else "tiny"
 
-    def weights_for(self, name: str) -> tuple[Path, bool]:
-        """(weights dir, is_demo). Falls back to a demo checkpoint when none is configured."""
+    def weights_for(self, name: str, needs_weights: bool = True) -> tuple[Path, bool]:
+        """(weights dir, is_demo). With none configured, a model that needs weights falls back to its demo
+        checkpoint; one that does not (ModelFamily.needs_weights False: rules, dictionaries) gets its own
+        folder beside the history database, models/NAME, which need not exist."""
         configured = self.model(name).weights
         if configured:
             return self.path(configured), False
+        if not needs_weights:
+            return self.path(self.database).parent / "models" / name, False
         return self.path(self.demo_weights_dir) / f"{name}-{self.demo_size()}", True
 
 

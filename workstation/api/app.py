@@ -224,7 +224,7 @@ def _routes(app: FastAPI, state: ApiState) -> None:
         loaded = state.loaded()
         out = []
         for name, fam in state.families().items():
-            weights, demo = state.settings.weights_for(name)
+            weights, demo = state.settings.weights_for(name, fam.needs_weights)
             ms = state.settings.model(name)
             out.append({"name": name, "title": fam.title, "reads": str(fam.reads), "weights": str(weights),
                         "demo": demo or (weights.exists() and fam.is_demo(weights)),

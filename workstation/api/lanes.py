@@ -36,6 +36,7 @@ class RunConfig:
     optimizations: tuple[str, ...]
     options: tuple[tuple[str, Any], ...]    # sorted (name, value) pairs
     batch_size: int
+    defaults: bool = False                  # the optimizations are settings.toml's: on where they apply
 
 
 @dataclass

@@ -108,9 +108,9 @@ class ApiState:
         check_options(fam, options)
         if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
             raise InputError(f"dtype {dtype!r} is not one of fp32, fp16, bf16")
-        weights, _ = self.settings.weights_for(model)
+        weights, _ = self.settings.weights_for(model, fam.needs_weights)
         return RunConfig(model, str(weights), self.device(model, device), dtype, tuple(dict.fromkeys(names)),
-                         tuple(sorted(options.items())), batch_size or ms.batch_size)
+                         tuple(sorted(options.items())), batch_size or ms.batch_size, defaults=optimizations is None)
 
     def documents(self, model: str, items: Sequence[dict[str, Any]]) -> list[Document]:
         """Request documents -> Documents, each checked as a run checks it (`ModelFamily.check`: the text, the kind
@@ -135,13 +135,18 @@ class ApiState:
         documents = [d for r in requests for d in r.documents]
         ms = self.settings.model(config.model)
         with self.shelf.borrow(self.shelf_key(config)) as model:
-            active = engine.apply_optimizations(model, list(config.optimizations))
+            active = engine.apply_optimizations(model, self.optimizations_for(model, config))
             # As `launcher.py extract`: an asked dtype wins; settings.toml's applies where no optimization chose one.
             dtype = config.dtype or (ms.dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
             if dtype != model.knobs.dtype:
                 model.set_dtype(dtype)
             report = engine.run(model, documents, config.batch_size, active, **dict(config.options))
         return self._split(config, requests, report)
+
+    @staticmethod
+    def optimizations_for(model, config: RunConfig) -> list[str]:
+        """Those asked for by name (each must apply), or settings.toml's defaults where they apply to this model."""
+        return engine.applicable(model, config.optimizations) if config.defaults else list(config.optimizations)
 
     def shelf_key(self, config: RunConfig):
         # Weights load in fp32 and every (dtype, optimizations) set gets its own load, so a pass never runs
@@ -173,12 +178,16 @@ class ApiState:
 
     def create_job(self, config: RunConfig, documents: list[Document], source_name: str) -> int:
         ms = self.settings.model(config.model)
+        names = list(config.optimizations)
+        if config.defaults and names:            # a job runs what it lists: only the defaults that apply
+            with self.shelf.borrow(self.shelf_key(config)) as model:
+                names = self.optimizations_for(model, config)
         job_id = self.store.create_job(
-            documents, config.model, config.weights, config.batch_size, list(config.optimizations),
+            documents, config.model, config.weights, config.batch_size, names,
             dict(config.options), source_name, device=config.device, dtype=config.dtype or ms.dtype,
             settings_snapshot={"surface": "api", "model": config.model, "weights": config.weights,
                                "device": config.device, "dtype": config.dtype or ms.dtype,
-                               "optimizations": list(config.optimizations), "batch_size": config.batch_size,
+                               "optimizations": names, "batch_size": config.batch_size,
                                "options": dict(config.options)})
         self.jobs.submit(job_id)
         return job_id

@@ -16,6 +16,7 @@ if str(ROOT) not in sys.path:           # `streamlit run` puts only this folder 
 import streamlit as st  # noqa: E402
 
 from contracts.model import DEMO_NOTICE  # noqa: E402
+from workstation import engine  # noqa: E402
 from workstation.ui import render, state  # noqa: E402
 
 SCREENS = Path(__file__).parent / "screens"
@@ -39,8 +40,13 @@ def sidebar() -> None:
                          help="auto = the first CUDA GPU when there is one, else the CPU.")
     weights_choice(name)
     weights, demo = state.weights_for(name)
-    st.sidebar.caption(f"Weights: {render.md_code(weights)}")
-    if demo:
+    if fams[name].needs_weights or weights.exists():
+        st.sidebar.caption(f"Weights: {render.md_code(weights)}")
+    else:
+        st.sidebar.caption(f"Weights: none needed ({render.md_code(weights)} is read if it exists)")
+    if fams[name].needs_weights and not weights.exists():
+        st.warning(render.md_text(engine.missing_weights(name, weights)), icon=":material/warning:")
+    elif demo:
         st.warning(f"**{render.md_text(name)}: {DEMO_NOTICE}**", icon=":material/warning:")
 
 

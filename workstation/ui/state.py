@@ -129,11 +129,11 @@ def weights_key(name: str) -> str:
 def weights_for(name: str) -> tuple[Path, bool]:
     """(weights dir, is_demo): the weights chosen in the sidebar (a fine-tune's output), else settings.toml's.
     Demo: nothing configured, or the dir holds demo weights (a model tuned from demo weights is one too)."""
-    weights, demo = settings().weights_for(name)
+    fam = families().get(name)
+    weights, demo = settings().weights_for(name, fam.needs_weights if fam else True)
     chosen = st.session_state.get(weights_key(name))
     if chosen and chosen != str(weights) and Path(chosen).is_dir():
         weights, demo = Path(chosen), False
-    fam = families().get(name)
     return weights, demo or bool(fam and weights.exists() and fam.is_demo(weights))
 
 
