@@ -75,9 +75,20 @@ def demo_weights(args, name: str) -> Path:
     return out
 
 
+def without_confidence(outputs: list) -> list:
+    """A run's outputs with the confidences left out: what variants of one model are compared on. A
+    confidence moves with the logits (bf16, another kernel, another batch shape) while the tuple stays."""
+    return [[[{k: v for k, v in e.items() if k != "confidence"} for e in t] for t in o] for o in outputs]
+
+
+def same_tuples(a: list, b: list) -> bool:
+    """Two runs' outputs hold the same tuples (types, spans, offsets) in the same order."""
+    return without_confidence(a) == without_confidence(b)
+
+
 def tuple_keys(outputs: list) -> set:
-    """(document index, tuple as JSON) of every extracted tuple of a run's outputs."""
-    return {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(outputs) for t in o}
+    """(document index, tuple as JSON without confidences) of every extracted tuple of a run's outputs."""
+    return {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(without_confidence(outputs)) for t in o}
 
 
 def span_agreement(a: list, b: list) -> float:

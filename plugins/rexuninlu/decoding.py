@@ -5,6 +5,8 @@ Links (threshold logit > 0), with nh the first text token:
   head link:    r >= nh, c a [TYPE] token   -> heads[type] gets r
   tail link:    r a [TYPE] token, c >= nh   -> tails[type] gets c
 A span is typed T when its head links to T and T links to its tail.
+Its confidence is the weakest of those three links (span, head, tail) as a probability, so it is > 0.5
+exactly when the span is accepted; a classification label keeps the reference's own confidence.
 """
 from __future__ import annotations
 
@@ -39,9 +41,11 @@ class Links:
     rows: list[int]                # positive entries of logits, row-major
     cols: list[int]
     probs: torch.Tensor | None     # [n, n] sigmoid(logits) on CPU, for classification windows
-    # Extraction windows scored on a device: the typed spans (head, tail, [TYPE] token) already
-    # paired there, in decoding's order. None: pair them here from rows/cols.
-    typed: list[tuple[int, int, int]] | None = None
+    # Extraction windows scored on a device: the typed spans (head, tail, [TYPE] token, confidence)
+    # already paired there, in decoding's order. None: pair them here from rows/cols.
+    typed: list[tuple[int, int, int, float]] | None = None
+    # sigmoid of each (row, col) link, for the confidences of spans paired here. None: no confidences.
+    link_probs: list[float] | None = None
 
 
 def type_tokens(window: Window) -> dict[int, tuple]:
@@ -90,32 +94,58 @@ def _matches(window: Window, candidates, heads, tails, blank: bool = False):
                 yield head, tail, key[0], key[1], ab
 
 
+def _weakest_link(probs: dict, head: int, tail: int, t_tok: int) -> float:
+    """A span's confidence from its links' probabilities: the span, head and tail links decoding required."""
+    return round(min(probs[head, tail], probs[head, t_tok], probs[t_tok, tail]), 4)
+
+
 def _typed_matches(window: Window, links: Links):
-    """(prefix, type, (a, b)) of each typed span, from device-paired hits when there are any."""
+    """(prefix, type, (a, b), confidence) of each typed span, from device-paired hits when there are
+    any. The confidence is None when the links came without probabilities."""
     if links.typed is None:
         spans, heads, tails = _link_maps(window, links)
-        for _, _, prefix, t, ab in _matches(window, spans, heads, tails):
-            yield prefix, t, ab
+        probs = None if links.link_probs is None else dict(zip(zip(links.rows, links.cols), links.link_probs))
+        token_of = {key: tok for tok, key in type_tokens(window).items()}
+        for head, tail, prefix, t, ab in _matches(window, spans, heads, tails):
+            yield prefix, t, ab, None if probs is None else _weakest_link(probs, head, tail, token_of[(prefix, t)])
         return
     token_type = type_tokens(window)
-    for head, tail, tok in links.typed:
+    for head, tail, tok, conf in links.typed:
         key = token_type.get(tok)
         if key is None:                              # a [TYPE] token no type registered (never linked)
             continue
         ab = _char_span(window, head, tail)
         if ab is not None:
-            yield key[0], key[1], ab
+            yield key[0], key[1], ab, conf
 
 
-def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next_map: dict) -> list[list[dict]]:
-    """Extraction windows: typed spans as output tuples; spans with a sub-schema go to next_map."""
+def _element(type_name: str, span: str, ab, confidence: float | None) -> dict:
+    out = {"type": type_name, "span": span, "offset": list(ab)}
+    if confidence is not None:
+        out["confidence"] = confidence
+    return out
+
+
+def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next_map: dict,
+                 confidences: dict | None = None) -> list[list[dict]]:
+    """Extraction windows: typed spans as output tuples; spans with a sub-schema go to next_map.
+
+    `confidences` (kept by the caller across schema levels): path -> confidence of the path's last
+    element, for the spans that become prefixes. A relation's or event's elements each carry the
+    confidence of the window that extracted them; a prefix found by several overlapping windows runs the
+    next level once, so it carries the highest of their confidences.
+    """
+    confidences = {} if confidences is None else confidences
     out = []
-    for prefix, t, (a, b) in _typed_matches(window, links):
+    for prefix, t, (a, b), conf in _typed_matches(window, links):
         span = window.text[a:b]
         if level_map[prefix][t]:
-            next_map[prefix + ((t, span, (a, b)),)] = level_map[prefix][t]
-        info = [{"type": e[0].strip(), "span": e[1], "offset": list(e[2])} for e in prefix]
-        info.append({"type": t, "span": span, "offset": [a, b]})
+            path = prefix + ((t, span, (a, b)),)
+            next_map[path] = level_map[prefix][t]
+            if conf is not None:
+                confidences[path] = max(conf, confidences.get(path, conf))
+        info = [_element(e[0].strip(), e[1], e[2], confidences.get(prefix[:i + 1])) for i, e in enumerate(prefix)]
+        info.append(_element(t, span, (a, b), conf))
         if tuple(i["type"] for i in info) in legal:
             out.append(info)
     return out

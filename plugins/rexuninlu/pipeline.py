@@ -43,17 +43,14 @@ def document_run(p: Prompter, text: str, schema: dict) -> DocumentRun:
     yield from prompt_loop(p, text, schema, preds, legal, kind, blank=False)
     if not preds and kind != "no_cls":
         yield from prompt_loop(p, text, schema, preds, legal, kind, blank=True)
-    preds = final_selection(preds, kind)
-    for info in preds:
-        for element in info:
-            element.pop("confidence", None)
-    return preds
+    return final_selection(preds, kind)
 
 
 def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, kind: str, blank: bool):
     level_map: dict = {(): schema}
     cls_token = CLASSIFY if kind == "cls" else MULTICLASSIFY
     cls_id = p.classify_id if kind == "cls" else p.multi_id
+    prefix_confidence: dict = {}                              # extracted prefix paths -> confidence
     while level_map:                                          # one iteration per schema depth
         next_map: dict = {}
         candidates = []
@@ -81,7 +78,7 @@ def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, k
                     links = yield windows
                     for window, link in zip(windows, links):
                         if kind == "no_cls":
-                            preds += decode_spans(window, link, level_map, legal, next_map)
+                            preds += decode_spans(window, link, level_map, legal, next_map, prefix_confidence)
                         else:
                             decode_classes(window, link, cls_token, level_map, legal, next_map, found, blank)
                     windows = []
@@ -172,5 +169,11 @@ def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document
 
 def to_result(doc: Document, preds: list[list[dict]]) -> Result:
     # Windows cover every token of the text (prompting.encode), so RexUniNLU reads all of it.
-    return Result(doc.id, [[Span(e["type"], e["span"], tuple(e["offset"])) for e in info] for info in preds],
+    return Result(doc.id, [[to_span(e) for e in info] for info in preds],
                   coverage=[(0, len(doc.text))] if doc.text else [])
+
+
+def to_span(element: dict) -> Span:
+    # A label's confidence can be a mean over windows (decoding.best_of_hint), so it is rounded here too.
+    conf = element.get("confidence")
+    return Span(element["type"], element["span"], tuple(element["offset"]), None if conf is None else round(conf, 4))

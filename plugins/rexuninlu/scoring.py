@@ -66,6 +66,7 @@ class Selection:
     head_link: torch.Tensor      # text -> [TYPE]
     tail_link: torch.Tensor      # [TYPE] -> text
     other: torch.Tensor          # readable links of classification windows
+    logits: torch.Tensor         # [B, L, L] fp32: read back only where picked, for the confidences
 
 
 @dataclass
@@ -255,6 +256,8 @@ class WindowScorer:
         self.tokens += sum(len(w.ids) for w in windows)
         with clock.device() if clock else nullcontext():
             logits = self.logits(p)
+            if self.knobs.cuda_graphs and self.device.type == "cuda":
+                logits = logits.clone()      # a graph's output is overwritten by the next batch's replay
             # Built on the host and copied without waiting: a plain torch.tensor(..., device=cuda)
             # would make the host wait for the device's queue.
             extract = torch.tensor([self.device_pairing and not w.need_probs for w in windows] + [False])
@@ -277,22 +280,25 @@ class WindowScorer:
             if side is not None:
                 side.wait_event(f.ready)
             typed, other = self.pick(f.selection)
+            confidence, link_probs = self.link_probabilities(f.selection.logits, typed, other)
             typed = self.window_local(typed, f.starts).tolist()
             other = self.window_local(other, f.starts).tolist()
+            confidence, link_probs = confidence.tolist(), link_probs.tolist()
             probs = [pr.cpu() for pr in f.probs]
         per_typed: list[list] = [[] for _ in f.windows]
         per_other: list[list] = [[] for _ in f.windows]
-        for w, r, c, t in typed:
-            per_typed[w].append((r, c, t))
-        for w, r, c in other:
-            per_other[w].append((r, c))
+        for (w, r, c, t), conf in zip(typed, confidence):
+            per_typed[w].append((r, c, t, round(conf, 4)))
+        for (w, r, c), prob in zip(other, link_probs):
+            per_other[w].append((r, c, prob))
         probs.reverse()
         flat_index = [i for group in f.index for i in group]
         for k, w in enumerate(f.windows):
             pr = probs.pop() if w.need_probs else None
             rc = per_other[k]
             paired = not w.need_probs and self.device_pairing
-            out[flat_index[k]] = Links([r for r, _ in rc], [c for _, c in rc], pr, per_typed[k] if paired else None)
+            rows, cols, link_probs = (list(x) for x in zip(*rc)) if rc else ([], [], [])
+            out[flat_index[k]] = Links(rows, cols, pr, per_typed[k] if paired else None, link_probs)
 
     def side_stream(self):
         if self.device.type != "cuda":
@@ -328,7 +334,7 @@ class WindowScorer:
         upper = torch.ones_like(positive[0]).triu()                              # row <= col
         span = positive & upper & heads[:, :, None] & tails[:, None, :]
         return Selection(span & extract[:, :, None], head_link, tail_link,
-                         (span | head_link | tail_link) & ~extract[:, :, None])
+                         (span | head_link | tail_link) & ~extract[:, :, None], logits)
 
     @staticmethod
     def pick(sel: "Selection") -> tuple[torch.Tensor, torch.Tensor]:
@@ -338,6 +344,22 @@ class WindowScorer:
         both = sel.head_link[b, r] & sel.tail_link[b, :, c]                     # [K, L] over [TYPE] tokens
         k, t = both.nonzero().unbind(-1)
         return torch.stack([b[k], r[k], c[k], t], dim=-1), sel.other.nonzero()
+
+    @staticmethod
+    def link_probabilities(logits: torch.Tensor, typed: torch.Tensor, other: torch.Tensor
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The confidence of each typed span [K] and the probability of each other link [K'], on the device.
+
+        A typed span's confidence is its weakest link, min(p[head, tail], p[head, T], p[T, tail]) with
+        p = sigmoid(logits): the three links selected_links required to be positive, so it is > 0.5 exactly
+        when the span was accepted. Spans paired on the host take the same minimum over `other`'s
+        probabilities (decoding._weakest_link), which gives the same value.
+        """
+        b, head, tail, t = typed.unbind(-1)
+        links = torch.stack((logits[b, head, tail], logits[b, head, t], logits[b, t, tail]), dim=-1)   # [K, 3]
+        # float64: a float32 sigmoid can differ by an ulp between a CPU kernel's vectorised body and its
+        # scalar tail, enough to move a value across the 4-decimal rounding; in float64 it is not.
+        return links.double().sigmoid().amin(-1), logits[other.unbind(-1)].double().sigmoid()
 
     @classmethod
     def readable_links(cls, logits: torch.Tensor, p: Packed) -> torch.Tensor:
