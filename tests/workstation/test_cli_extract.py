@@ -66,7 +66,9 @@ def test_txt_and_csv_inputs_take_the_schema_option(tmp_path, rex_tiny):
 
 @pytest.mark.parametrize("bad, message", [
     ('{"id": 1, "text": "x", "schema": ', "line 2: malformed JSON"),
-    ({"id": 1, "text": "x", "schema": ["人物"]}, "line 2: schema must be a JSON object"),
+    # A label list where a schema belongs is named as what it is (what the model reads is a schema).
+    ({"id": 1, "text": "x", "schema": ["人物"]}, "line 2: rexuninlu reads \"schema\" .* gives a list of labels"),
+    ({"id": 1, "text": "x", "schema": "人物"}, "line 2: schema must be a JSON object"),
     ({"id": 1, "text": "x", "schema": {}}, "line 2: schema is empty"),
     ({"id": 1, "text": "x", "schema": {"[TYPE]": None}}, "line 2: .*reserved token"),
     ({"id": 1, "schema": NER}, "line 2: missing \"text\""),

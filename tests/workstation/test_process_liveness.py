@@ -13,12 +13,19 @@ import psutil
 from workstation.jobs import owner_is_dead
 from workstation.training_runs import pid_alive
 
-SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+SLEEP = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"]
+
+
+def started(args: list[str]) -> subprocess.Popen:
+    """A child that has begun to run its own program (until then its command line is still its parent's)."""
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    return child
 
 
 def test_a_run_process_is_alive_only_while_it_runs_and_holds_its_marker(tmp_path):
     events = str(tmp_path / "events.jsonl")
-    child = subprocess.Popen([*SLEEP, "--events", events])
+    child = started([*SLEEP, "--events", events])
     try:
         assert pid_alive(child.pid) and pid_alive(child.pid, events)
         assert not pid_alive(child.pid, str(tmp_path / "another-run.jsonl"))     # the pid went to another program
@@ -35,7 +42,7 @@ def test_a_run_process_is_alive_only_while_it_runs_and_holds_its_marker(tmp_path
 
 def test_a_job_owner_whose_pid_went_to_a_younger_process_is_dead():
     host = socket.gethostname()
-    child = subprocess.Popen(SLEEP)
+    child = started(SLEEP)
     try:
         born = datetime.fromtimestamp(psutil.Process(child.pid).create_time(), timezone.utc)
         assert not owner_is_dead(f"{host}:{child.pid}:x", born + timedelta(seconds=1), 3600)
