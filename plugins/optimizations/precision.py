@@ -20,7 +20,8 @@ class Precision(Optimization):
         return True, "casts the loaded weights in place"
 
     def enable(self, model, dtype: str = "bf16", **_):
-        model.set_dtype(dtype)
+        if model.knobs.dtype != dtype:      # every run settles its knobs: a cast (and dropped graphs) only on a change
+            model.set_dtype(dtype)
         return dtype
 
     def disable(self, model):
