@@ -12,11 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks import api, memory, rexuninlu, seqgpt, seqgpt_e2e, training
+from benchmarks import api, host_memory, memory, rexuninlu, seqgpt, seqgpt_e2e, training
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
 BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **seqgpt_e2e.BENCHMARKS, **memory.BENCHMARKS,
-              **training.BENCHMARKS, **api.BENCHMARKS}
+              **training.BENCHMARKS, **api.BENCHMARKS, **host_memory.BENCHMARKS}
 
 
 def print_table(result: dict) -> None:
@@ -69,6 +69,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--train-len", type=int, default=None, help="train-step: tokens per row (default 512 / 1024)")
     p.add_argument("--train-steps", type=int, default=5, help="train-step: timed steps after warm-up")
     p.add_argument("--clients", type=int, default=16, help="api-load: concurrent HTTP clients")
+    p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="host-memory: input sizes in documents (default 20000,200000)")
+    p.add_argument("--record", default="on", choices=["on", "off", "both"],
+                   help="host-memory: record into a temporary history (on: the CLI's default), --no-record, or both")
+    p.add_argument("--host-batch", type=int, default=64, help="host-memory: extract --batch-size")
     args = p.parse_args(argv)
     result = BENCHMARKS[args.benchmark](args)
     if args.out:

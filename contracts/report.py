@@ -30,8 +30,10 @@ class RunReport:
 
     @property
     def device_busy(self) -> float | None:
-        """Share of the wall time the device was working (CUDA-event time on GPUs)."""
-        return self.stages.get("device", 0.0) / self.wall_seconds if self.wall_seconds else None
+        """Share of the wall time the device was working (CUDA-event time on GPUs); a batch job spread over
+        several devices ("cuda:0,cuda:1") sums their device time, so it is shared out among them."""
+        devices = self.device.count(",") + 1
+        return self.stages.get("device", 0.0) / (self.wall_seconds * devices) if self.wall_seconds else None
 
     def summary(self) -> dict:
         d = asdict(self)

@@ -156,9 +156,11 @@ class JobQueue:
 
     def complete_items(self, job_id: int, completed: Iterable[tuple[int, Result]], *, seconds: float = 0.0,
                        tokens: int = 0, peak_memory_bytes: int | None = None,
-                       docs_per_second: float | None = None) -> int:
-        """Commit a slice's results and the job's progress in one transaction. Idempotent on position: an
-        item already done keeps its first result. Returns how many items became done."""
+                       docs_per_second: float | None = None, stages: dict[str, float] | None = None,
+                       backoffs: Sequence[dict] | None = None) -> int:
+        """Commit a slice's results and the job's progress in one transaction, with the slice's seconds per
+        stage and out-of-memory back-offs added to the job's. Idempotent on position: an item already done
+        keeps its first result. Returns how many items became done."""
         by_position = dict(completed)
         now = utcnow()
         with self._write() as s:
@@ -177,6 +179,8 @@ class JobQueue:
                 job.peak_memory_bytes = max(job.peak_memory_bytes or 0, peak_memory_bytes)
             if docs_per_second is not None:
                 job.docs_per_second = docs_per_second
+            if stages or backoffs:
+                job.stages = added_stages(job.stages, stages or {}, backoffs or [])
             job.heartbeat_at = job.updated_at = now
             return len(items)
 
@@ -210,10 +214,12 @@ class JobQueue:
                                                                    JobItemRecord.status != "done")):
                 return None
             if run is None:
+                measured = job.stages or {}
                 report = RunReport(job.model, job.weights, demo, device, dtype, attention, dict(optimizations),
                                    job.batch_size, dict(job.options), (job.started_at or utcnow()).isoformat(),
                                    documents=job.total, wall_seconds=job.wall_seconds, tokens=job.tokens,
-                                   peak_memory_bytes=job.peak_memory_bytes)
+                                   peak_memory_bytes=job.peak_memory_bytes, stages=dict(measured.get("seconds") or {}),
+                                   backoffs=list(measured.get("backoffs") or []))
                 run = run_header(report, job.total, "batch", job.task, job.settings, label=job.source_name)
                 s.add(run)
                 s.flush()
@@ -296,6 +302,18 @@ class JobQueue:
                 job.status = status
             job.error, job.finished_at, job.updated_at = error, now, now
             return True
+
+
+MAX_BACKOFFS = 100             # a job that keeps running out of memory: the first ones say enough
+
+
+def added_stages(total: dict | None, seconds: dict[str, float], backoffs: Sequence[dict]) -> dict:
+    """A job's {"seconds", "backoffs"} with one slice's added (a new dict: the JSON column sees the change)."""
+    total = total or {}
+    summed = dict(total.get("seconds") or {})
+    for stage, value in seconds.items():
+        summed[stage] = round(summed.get(stage, 0.0) + value, 4)
+    return {"seconds": summed, "backoffs": [*(total.get("backoffs") or []), *backoffs][:MAX_BACKOFFS]}
 
 
 def _job(s, job_id: int) -> JobRecord:

@@ -344,6 +344,14 @@ def m009_api_source(conn: Connection) -> None:
         conn.exec_driver_sql(statement)
 
 
+@migration
+def m010_job_stages(conn: Connection) -> None:
+    """A batch job's seconds per stage and out-of-memory back-offs, summed over its slices: the run it
+    records carries them like any other run."""
+    if "stages" not in {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(jobs)")}:
+        conn.exec_driver_sql("ALTER TABLE jobs ADD COLUMN stages TEXT")
+
+
 class SchemaTooNew(RuntimeError):
     pass
 

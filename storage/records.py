@@ -89,20 +89,9 @@ def document_record(run_id: int, position: int, doc: Document, result: Result) -
     return record
 
 
-def write_chunks(items: Sequence[tuple[Document, Result]], max_chars: int, max_documents: int):
-    """Split (document, result) pairs into consecutive chunks of about `max_chars` of text and spans (at
-    least one pair each): the size of one short write transaction."""
-    chunk: list[tuple[int, tuple[Document, Result]]] = []
-    size = 0
-    for position, (doc, result) in enumerate(items):
-        cost = len(doc.text) + sum(len(span.span) + 48 for t in result.tuples for span in t)
-        if chunk and (size + cost > max_chars or len(chunk) >= max_documents):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append((position, (doc, result)))
-        size += cost
-    if chunk:
-        yield chunk
+def written_chars(doc: Document, result: Result) -> int:
+    """About how much a document and its result add to a write transaction."""
+    return len(doc.text) + sum(len(span.span) + 48 for t in result.tuples for span in t)
 
 
 def run_stages(report: RunReport) -> dict | None:
@@ -158,7 +147,7 @@ def job_status(j: JobRecord) -> JobStatus:
     return JobStatus(j.id, j.status, j.source_name, j.model, j.weights, j.device, j.dtype, j.task, j.batch_size,
                      list(j.optimizations or []), dict(j.options or {}), j.total, j.done, j.docs_per_second,
                      j.wall_seconds, j.error, j.owner, j.created_at, j.updated_at, j.started_at, j.heartbeat_at,
-                     j.finished_at, j.run_id)
+                     j.finished_at, j.run_id, dict(j.stages or {}))
 
 
 def dataset_view(d: DatasetRecord, examples: int) -> Dataset:

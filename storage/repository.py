@@ -6,8 +6,8 @@ Streamlit rerun or a worker thread never holds a session or an ORM object. Every
 expression with bound parameters. The job methods live in `storage.jobs_queue`, the gold datasets in
 `storage.datasets`, the fine-tuning runs in `storage.training`, confidence thresholds in `storage.thresholds`.
 
-The CLI records a run with ``open_store(path).record_run(report, documents, "cli", task)`` — or
-`record_cli_run`, which also closes the store.
+A finished run is recorded with ``record_run(report, documents, source, task)`` (or `record_cli_run`,
+which also closes the store); a run too long to hold is recorded as it goes with `run_writer` (the CLI).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from sqlalchemy import case, column, delete, func, or_, select, table, update
+from sqlalchemy import case, column, delete, func, inspect, or_, select, table, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -37,7 +37,7 @@ from storage.records import (
     stored_document,
     stored_result,
     weights_checksum,
-    write_chunks,
+    written_chars,
 )
 from storage.tables import DocumentRecord, ResultRecord, RunRecord, utcnow
 from storage.thresholds import SavedThresholds, ThresholdSettings
@@ -139,24 +139,22 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
         are never locked out for long; History lists it once the last one commits. A failure part-way
         removes what was written."""
         check_results(report, documents)
-        with self._write() as s:
-            run = run_header(report, len(documents), source, task, settings_snapshot, label, note)
-            s.add(run)
-            s.flush()
-            run_id = run.id
+        writer = self.run_writer(source, task, label, note)
+        writer.start(report, settings_snapshot)
         try:
-            for chunk in write_chunks(list(zip(documents, report.results)), self.CHUNK_CHARS, self.CHUNK_DOCUMENTS):
-                with self._write() as s:
-                    s.add_all([document_record(run_id, position, doc, result) for position, (doc, result) in chunk])
-            with self._write() as s:
-                s.execute(update(RunRecord).where(RunRecord.id == run_id).values(finished_at=utcnow()))
+            for doc, result in zip(documents, report.results):
+                writer.add(doc, result)
+            return writer.finish(report, settings_snapshot)
         except BaseException:
-            try:
-                self.delete_run(run_id)
-            except Exception:                # noqa: BLE001 - the original error matters; an unfinished run stays hidden
-                log.warning("could not remove the partly written run %s", run_id, exc_info=True)
+            writer.abandon()
             raise
-        return run_id
+
+    def run_writer(self, source: str, task: str | None = None, label: str | None = None,
+                   note: str | None = None) -> RunWriter:
+        """Record a run as it goes (see RunWriter): what a run too long to hold in memory uses."""
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
+        return RunWriter(self, source, task, label, note)
 
     def record_runs(self, runs: Sequence[tuple[RunReport, list[Document], str, dict | None]]) -> list[int]:
         """Store several small finished runs — (report, documents, source, settings snapshot) each — in ONE
@@ -269,6 +267,62 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
 def _busy_message(path: Path) -> str:
     return (f"The history database ({path}) is busy: another process (a batch job, a fine-tune or the command "
             "line) is writing to it. Nothing was lost; try again in a moment.")
+
+
+class RunWriter:
+    """A run recorded while it runs: `start` writes its row (hidden from History: no finish time yet), `add`
+    keeps each document and result, written in short transactions of about CHUNK_CHARS, and `finish` writes
+    the rest with the run's measurements and makes it visible. `abandon` removes what was written. Nothing
+    but one chunk is held, so a run of any length is recorded in bounded memory."""
+
+    def __init__(self, store: Store, source: str, task: str | None, label: str | None, note: str | None):
+        self.store, self.source, self.task, self.label, self.note = store, source, task, label, note
+        self.run_id: int | None = None
+        self.written = 0
+        self._chunk: list[DocumentRecord] = []
+        self._chars = 0
+
+    def start(self, report: RunReport, settings_snapshot: dict | None = None) -> int:
+        with self.store._write() as s:
+            run = run_header(report, 0, self.source, self.task, settings_snapshot, self.label, self.note)
+            s.add(run)
+            s.flush()
+            self.run_id = run.id
+        return self.run_id
+
+    def add(self, doc: Document, result: Result) -> None:
+        if self.run_id is None:
+            raise RuntimeError("RunWriter.add before start")
+        self._chunk.append(document_record(self.run_id, self.written, doc, result))
+        self.written += 1
+        self._chars += written_chars(doc, result)
+        if self._chars >= self.store.CHUNK_CHARS or len(self._chunk) >= self.store.CHUNK_DOCUMENTS:
+            self._flush()
+
+    def finish(self, report: RunReport, settings_snapshot: dict | None = None) -> int:
+        """The last documents, the run's final settings and measurements, and its finish time: now History lists it."""
+        self._flush()
+        final = run_header(report, self.written, self.source, self.task, settings_snapshot, self.label, self.note)
+        values = {a.key: getattr(final, a.key) for a in inspect(RunRecord).column_attrs
+                  if a.key not in ("id", "created_at", "finished_at")}
+        with self.store._write() as s:
+            s.execute(update(RunRecord).where(RunRecord.id == self.run_id).values(**values, finished_at=utcnow()))
+        return self.run_id
+
+    def abandon(self) -> None:
+        self._chunk, self._chars = [], 0
+        if self.run_id is not None:
+            try:
+                self.store.delete_run(self.run_id)
+            except Exception:                # noqa: BLE001 - the original error matters; an unfinished run stays hidden
+                log.warning("could not remove the partly written run %s", self.run_id, exc_info=True)
+            self.run_id = None
+
+    def _flush(self) -> None:
+        if self._chunk:
+            with self.store._write() as s:
+                s.add_all(self._chunk)
+            self._chunk, self._chars = [], 0
 
 
 @contextmanager

@@ -129,6 +129,8 @@ class JobRecord(Base):
     wall_seconds: Mapped[float]                           # extraction time summed over resumed sessions
     tokens: Mapped[int]
     peak_memory_bytes: Mapped[int | None]
+    # {"seconds": {stage: s}, "backoffs": [...]} summed over the job's slices (contracts/stages.py)
+    stages: Mapped[dict[str, Any] | None] = mapped_column(default=None)
     error: Mapped[str | None] = mapped_column(Text)
     owner: Mapped[str | None]                             # "host:pid" of the process running it
     heartbeat_at: Mapped[datetime | None]

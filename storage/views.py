@@ -110,6 +110,7 @@ class JobStatus:
     heartbeat_at: datetime | None
     finished_at: datetime | None
     run_id: int | None               # the Run recorded when the job finished
+    stages: dict[str, Any] = field(default_factory=dict)   # {"seconds": {stage: s}, "backoffs": [...]}
 
     @property
     def fraction(self) -> float:

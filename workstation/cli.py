@@ -165,24 +165,27 @@ def demo_weights(args) -> int:
 
 
 def extract(args) -> int:
-    from workstation.inputs import parse_schema_arg, read_valid_documents
+    """Stream the input through engine.run into the output (and the history): neither is ever held, so host
+    memory stays flat however long the input (`bench host-memory` measures it). The output is written to a
+    temporary file beside it and renamed at the end, so a bad line met half-way still leaves no output."""
+    from contextlib import nullcontext
+
+    from workstation.inputs import defaults_for, iter_documents, parse_schema_arg
     s = load_settings()
     fam = engine.family(args.model)
     if args.long_text and "long_text" not in fam.options:
         raise InputError(f"--long-text is a SeqGPT switch; {args.model} has no such option (drop the flag)")
     ms = s.model(args.model)
-    default = parse_schema_arg(args.schema)
-    valid, skipped = read_valid_documents(args.input, fam, default, args.skip_invalid)
-    for e in skipped:
-        print(f"skipped: {e}", file=sys.stderr)
+    default = defaults_for(fam.reads, parse_schema_arg(args.schema), "--schema")      # as the model reads it
+    skipped = Skipped() if args.skip_invalid else None
+    documents = iter_documents(args.input, default, skipped.line if skipped else None)
 
     if args.weights and not Path(args.weights).exists():      # a model that needs no weights would not notice
         raise WeightsError(f"--weights {args.weights} does not exist")
     weights = Path(args.weights) if args.weights else s.weights_for(args.model, fam.needs_weights)[0]
     device = engine.resolve_device(args.device or ms.device)
-    # Without --optimizations, settings.toml's apply where they can (engine.load_for_run).
-    names = None if args.optimizations is None else optimization_names(args.optimizations, s)
-    model, active = engine.load_for_run(args.model, weights, device, names, args.dtype, ms.dtype)
+    # Named optimizations must apply; without --optimizations, settings.toml's apply where they can.
+    names = optimization_names(args.optimizations, s)
     thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
@@ -192,34 +195,44 @@ def extract(args) -> int:
     if batch_size < 1:
         raise InputError("--batch-size must be at least 1")
 
-    # Write to a temporary file beside the output and rename: no partial output on failure.
     args.output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{args.output.name}.", dir=args.output.parent)
-    reading = ReadingCount(valid)
+    reading = ReadingCount()
+    history = None if args.no_record else History(s)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            def write(result) -> None:
+            def write(document, result) -> None:
                 out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
-                reading.add(result)
-            report = engine.run(model, valid, batch_size, active, on_result=write,
-                                keep_results=not args.no_record, thresholds=thresholds, **options)
+                reading.add(document, result)
+                if history:
+                    history.add(document, result)
+            # Loaded once the first documents have passed their checks: a bad first line costs no load.
+            report = engine.run(lambda: nullcontext(engine.load_model(args.model, weights, device, "fp32")),
+                                documents, batch_size, family=fam, optimizations=names,
+                                only_applicable=args.optimizations is None, dtype=args.dtype,
+                                configured_dtype=ms.dtype, on_start=history.start if history else None,
+                                on_result=write, on_invalid=skipped.document if skipped else None,
+                                keep_results=False, thresholds=thresholds, **options)
         os.replace(tmp, args.output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
+        if history:
+            history.abandon()
         raise
     summary = report.summary()
     rate = f" ({summary['docs_per_second']:,.1f} docs/s)" if summary["docs_per_second"] else ""
-    print(f"{report.documents} documents in {report.wall_seconds:.2f}s{rate} on {report.device} ({report.dtype}); "
-          f"output: {args.output}" + (f"; {len(skipped)} skipped" if skipped else ""), file=sys.stderr)
+    print(f"{report.documents} documents in {report.wall_seconds:.2f}s{rate} on {report.device} ({report.dtype}, "
+          f"attention {report.attention}); output: {args.output}"
+          + (f"; {skipped.count} skipped" if skipped and skipped.count else ""), file=sys.stderr)
     print(describe_stages(report.stages, report.wall_seconds, report.device_busy, report.backoffs), file=sys.stderr)
     if reading.reported:
         hint = " (--long-text window reads all of them)" if reading.cut and "long_text" in fam.options \
             and options.get("long_text", "truncate") == "truncate" else ""
         print(f"{reading.cut} of {reading.documents} documents were cut (read partly){hint}", file=sys.stderr)
-    if model.is_demo:
+    if report.demo:
         print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
-    if not args.no_record:
-        record(s, report, valid, summary)
+    if history:
+        history.finish(report, {"summary": summary})
     return 0
 
 
@@ -243,6 +256,66 @@ def model_options(family, pairs: list[str]) -> dict:
             raise InputError(f"--option {name}: {text!r} is not one of {', '.join(map(str, choices))}")
         options[name] = value
     return options
+
+
+class Skipped:
+    """--skip-invalid: each bad line is reported as it is met, and counted (not kept: the input may be long)."""
+
+    def __init__(self):
+        self.count = 0
+
+    def line(self, error: InputError) -> None:
+        self.count += 1
+        print(f"skipped: {error}", file=sys.stderr)
+
+    def document(self, document, error: InputError) -> None:
+        self.line(error)
+
+
+class History:
+    """The run kept in the history database as it goes (storage's RunWriter): documents in short
+    transactions as results arrive, the measurements at the end. A failure to record only warns: the
+    output is what the command is for."""
+
+    def __init__(self, settings):
+        self.settings, self.writer = settings, None
+
+    def start(self, report) -> None:
+        self._try(lambda: self._open(report))
+
+    def _open(self, report) -> None:
+        from storage.repository import open_store
+        self.writer = open_store(self.settings.path(self.settings.database)).run_writer("cli")
+        self.writer.start(report)
+
+    def add(self, document, result) -> None:
+        if self.writer is not None:
+            self._try(lambda: self.writer.add(document, result))
+
+    def finish(self, report, settings_snapshot: dict) -> None:
+        if self.writer is not None:
+            self._try(lambda: self.writer.finish(report, settings_snapshot))
+        self._close()
+
+    def abandon(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.abandon()
+            except Exception:           # noqa: BLE001 - the run failed already; its error is the one to show
+                pass
+        self._close()
+
+    def _close(self) -> None:
+        if self.writer is not None:
+            self.writer.store.close()
+            self.writer = None
+
+    def _try(self, write) -> None:
+        try:
+            write()
+        except Exception as e:          # noqa: BLE001 - reported, the run itself goes on
+            print(f"warning: the run was not recorded in the history ({type(e).__name__}: {e})", file=sys.stderr)
+            self.abandon()
 
 
 def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dict[str, float] | None:
@@ -274,14 +347,13 @@ def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dic
 
 
 class ReadingCount:
-    """How many documents a model read only partly (results arrive in document order)."""
+    """How many documents a model read only partly."""
 
-    def __init__(self, documents):
-        self.texts = [d.text for d in documents]
+    def __init__(self):
         self.documents = self.cut = self.reported = 0
 
-    def add(self, result) -> None:
-        missed = unread_chars(self.texts[self.documents], result.coverage)
+    def add(self, document, result) -> None:
+        missed = unread_chars(document.text, result.coverage)
         self.documents += 1
         self.reported += missed is not None
         self.cut += bool(missed)
@@ -364,16 +436,3 @@ def record_finetune(settings, argv: list[str]) -> int | None:
     except Exception as e:              # noqa: BLE001 - reported; the checkpoint is written either way
         print(f"warning: the fine-tune was not recorded in the history ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-
-
-def record(settings, report, documents, summary) -> None:
-    """Keep the run in the history database; a failure here must not lose the output already written."""
-    try:
-        from storage.repository import open_store
-    except ImportError:
-        return
-    try:
-        open_store(settings.path(settings.database)).record_run(report, documents, source="cli",
-                                                                 settings_snapshot={"summary": summary})
-    except Exception as e:              # noqa: BLE001 - reported, the run itself succeeded
-        print(f"warning: the run was not recorded in the history ({type(e).__name__}: {e})", file=sys.stderr)

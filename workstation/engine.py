@@ -1,16 +1,35 @@
-"""The engine: load a model, apply optimizations, run documents, measure the run.
+"""The engine: load a model, and the one run path every surface takes.
 
 Data flows one way: documents -> model plugin (prompting, batching, forward, decoding) -> Results,
 wrapped in a RunReport with the settings snapshot and measurements. Storage and the UI consume reports.
+
+`run` is the only way documents reach a model: the Extract page (workstation/ui/runs.py), batch jobs
+(workstation/jobs.py), `launcher.py extract`, the HTTP API's lanes and the corpus workers all call it.
+In order, it:
+
+- reads the documents as it needs them (any iterable: a 200,000-line file is never held), in slices of
+  `slice_size(batch_size)` documents, checking each one once (`family.check`) as it is read. A bad one
+  stops the run with the InputError naming its line, or, given `on_invalid`, is handed there and skipped;
+- checks the first slice before it takes the model, so a bad first line costs no load (`model` may be a
+  loaded model or a `Lend`: a shelf's borrow, a loader) and holds the model alone for the whole run;
+- sets the model up once: the named optimizations on, the others off, then the dtype rule (`settle`);
+- gives the model one slice at a time (it batches across the slice's documents and prepares its next group
+  on a thread while the device works); a cancel takes effect between slices;
+- hands every result, less empty-span tuples, capped at `max_tuples` and thresholded, to `on_result` with
+  its document, in input order, and keeps it only if `keep_results`;
+- reports what ran: the attention kernel the model actually used, seconds per stage, OOM back-offs,
+  tokens, peak GPU memory.
 """
 from __future__ import annotations
 
 import gc
 import threading
 import time
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timezone
+from itertools import chain, islice
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -21,6 +40,10 @@ from contracts.stages import IDLE, StageClock
 from workstation import plugins
 from workstation.settings import load_settings
 from workstation.thresholds import apply_thresholds
+
+# A model lent for one run: a context manager factory (ModelShelf.borrow, a loader). `run` enters it only
+# after the first documents have passed their checks.
+Lend = Callable[[], AbstractContextManager[LoadedModel]]
 
 
 def resolve_device(device: str) -> str:
@@ -88,40 +111,78 @@ def apply_optimizations(model: LoadedModel, names: Sequence[str]) -> dict[str, s
     return active
 
 
-def load_for_run(name: str, weights: Path, device: str, optimizations: Sequence[str] | None, dtype: str | None = None,
-                 configured_dtype: str = "fp32") -> tuple[LoadedModel, dict[str, str]]:
-    """Load a model, switch the named optimizations on, settle the dtype: what `extract` and the corpus
-    workers both do. An explicit dtype wins; the configured one applies only where no optimization chose one.
-    Named optimizations must apply to the model; None means settings.toml's defaults, switched on where they
-    apply (a default list written for one model must not stop another from running)."""
-    model = load_model(name, weights, device, "fp32")
-    names = applicable(model, load_settings().optimizations) if optimizations is None else optimizations
-    active = apply_optimizations(model, names)
+def settle(model: LoadedModel, optimizations: Sequence[str] | None, dtype: str | None = None,
+           configured_dtype: str | None = None, only_applicable: bool = False) -> dict[str, str]:
+    """Set a run's knobs on the model: the named optimizations on and the others off (None: the knobs as
+    they are, for a caller that set them by hand), then the dtype rule. The dtype rule: an explicit `dtype`
+    wins; the configured one (settings.toml, a job's) applies only where no optimization chose one (precision
+    casts to bf16). `only_applicable`: skip named optimizations that do not apply instead of refusing."""
+    active: dict[str, str] = {}
+    if optimizations is not None:
+        names = applicable(model, optimizations) if only_applicable else list(optimizations)
+        active = apply_optimizations(model, names)
     chosen = dtype or (configured_dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
-    if chosen != model.knobs.dtype:
+    if chosen and chosen != model.knobs.dtype:
         model.set_dtype(chosen)
-    return model, active
+    return active
 
 
 class Cancelled(Exception):
     pass
 
 
-def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
-        optimizations: dict[str, str] | None = None, on_result: Callable[[Result], None] | None = None,
-        on_progress: Callable[[int, int], None] | None = None, cancel: threading.Event | None = None,
-        keep_results: bool = True, thresholds: dict[str, float] | None = None,
-        max_tuples: int | None = None, **options) -> RunReport:
-    """Run documents through a loaded model; measure wall time, tokens and peak GPU memory.
+def slice_size(batch_size: int) -> int:
+    """Documents given to the model at once: enough for its batching and its prefetch of the next group to
+    work inside the slice, few enough that a cancel takes effect soon and memory stays bounded."""
+    return max(batch_size * 32, 256)
 
-    thresholds (opt-in): per-type confidence thresholds (workstation/thresholds.py) applied to every
-    result before it is kept or handed on; the report records them."""
-    for doc in documents:
-        model.family.check(doc)
-    report = RunReport(model.family.name, str(model.weights), model.is_demo, model.device, model.knobs.dtype,
-                       model.knobs.attention, dict(optimizations or {}), batch_size, options,
-                       datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       thresholds=dict(thresholds) if thresholds else None)
+
+def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: int = 8, *,
+        family: ModelFamily | None = None, optimizations: Sequence[str] | None = None,
+        only_applicable: bool = False, dtype: str | None = None, configured_dtype: str | None = None,
+        total: int | None = None, on_start: Callable[[RunReport], None] | None = None,
+        on_result: Callable[[Document, Result], None] | None = None,
+        on_progress: Callable[[int, int | None], None] | None = None,
+        on_invalid: Callable[[Document, InputError], None] | None = None,
+        cancel: threading.Event | None = None, keep_results: bool = True,
+        thresholds: dict[str, float] | None = None, max_tuples: int | None = None, **options) -> RunReport:
+    """Run documents through a model and measure the run (the module's docstring has the steps).
+
+    model:          a loaded model, or a Lend entered once the first slice has passed its checks
+    family:         the model's family, needed when `model` is lent (it checks the documents)
+    optimizations:  names to switch on, the others off (None: leave the knobs alone); `only_applicable`
+                    skips those that do not apply. dtype / configured_dtype: the dtype rule (`settle`)
+    total:          the number of documents when known, for `on_progress(done, total)`
+    on_start:       called with the report (settings, no measurements) once the model is set up
+    on_result:      called with (document, result) in input order; `keep_results=False` keeps none in the
+                    report, so a long input is streamed to its writer, not held
+    on_invalid:     called with (document, InputError) for a document that fails its checks, which is then
+                    skipped; without it the first such document stops the run
+    thresholds:     per-type confidence thresholds (workstation/thresholds.py) applied to every result
+    max_tuples:     at most this many tuples per document (None: settings.toml's; 0: no limit)
+    options:        the model's own extract() options
+    """
+    lent = callable(model) and not isinstance(model, LoadedModel)
+    if lent and family is None:
+        raise TypeError("engine.run with a lent model needs family=: documents are checked before it is taken")
+    checker = family or model.family
+    limit = load_settings().max_tuples_per_document if max_tuples is None else max_tuples
+    slices = _slices(_checked(documents, checker, on_invalid), slice_size(batch_size))
+    first = next(slices, [])            # checked before the model is taken: a bad first line costs no load
+    with (model() if lent else nullcontext(model)) as taken, _alone(taken):
+        active = settle(taken, optimizations, dtype, configured_dtype, only_applicable)
+        report = RunReport(taken.family.name, str(taken.weights), taken.is_demo, taken.device, taken.knobs.dtype,
+                           taken.attention_kernel(), active, batch_size, options,
+                           datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                           thresholds=dict(thresholds) if thresholds else None)
+        if on_start:
+            on_start(report)
+        _measure(taken, report, chain([first], slices), limit, total, on_result, on_progress, cancel, keep_results)
+    return report
+
+
+def _measure(model: LoadedModel, report: RunReport, slices: Iterator[list[Document]], limit: int,
+             total: int | None, on_result, on_progress, cancel: threading.Event | None, keep_results: bool) -> None:
     on_cuda = model.device.startswith("cuda")
     if on_cuda:
         torch.cuda.synchronize(model.device)
@@ -130,17 +191,26 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
     clock = model.clock = StageClock(model.device)
     start = clock.started                 # the clock starts when it is made, i.e. now
     try:
-        for result in iter_results(model, documents, batch_size, cancel, max_tuples=max_tuples, **options):
-            report.documents += 1
-            with clock.stage("write"):
-                if report.thresholds:
-                    result = apply_thresholds(result, report.thresholds)
-                if keep_results:
-                    report.results.append(result)
-                if on_result:
-                    on_result(result)
-            if on_progress:
-                on_progress(report.documents, len(documents))
+        while True:
+            with clock.stage("prepare"):  # reading and checking the next documents is host work too
+                documents = next(slices, None)
+            if documents is None:
+                break
+            if cancel is not None and cancel.is_set():
+                raise Cancelled()
+            for document, result in _paired(documents, extract(model, documents, report.batch_size,
+                                                               **report.options)):
+                result = capped(result, limit)
+                report.documents += 1
+                with clock.stage("write"):
+                    if report.thresholds:
+                        result = apply_thresholds(result, report.thresholds)
+                    if keep_results:
+                        report.results.append(result)
+                    if on_result:
+                        on_result(document, result)
+                if on_progress:
+                    on_progress(report.documents, total)
         if on_cuda:
             torch.cuda.synchronize(model.device)
             report.peak_memory_bytes = torch.cuda.max_memory_allocated(model.device)
@@ -149,22 +219,55 @@ def run(model: LoadedModel, documents: Sequence[Document], batch_size: int = 8,
     finally:
         model.clock = IDLE
     report.tokens = model.tokens_processed() - tokens_before
-    return report
 
 
-def iter_results(model: LoadedModel, documents: Sequence[Document], batch_size: int,
-                 cancel: threading.Event | None = None, max_tuples: int | None = None, **options) -> Iterator[Result]:
-    """The model's results, each capped at `max_tuples` tuples (None: settings.toml's limit). Every surface
-    (Extract, Batch jobs, the CLI) takes its results from here."""
-    limit = load_settings().max_tuples_per_document if max_tuples is None else max_tuples
-    # Documents go to the model in slices so a cancel takes effect between slices while batching
-    # (and the model's own prefetching of the next documents) happens inside each slice.
-    step = max(batch_size * 32, 256)
-    for start in range(0, len(documents), step):
-        if cancel is not None and cancel.is_set():
-            raise Cancelled()
-        for result in extract(model, documents[start:start + step], batch_size, **options):
-            yield capped(result, limit)
+def _checked(documents: Iterable[Document], family: ModelFamily,
+             on_invalid: Callable[[Document, InputError], None] | None) -> Iterator[Document]:
+    """Each document checked once, as it is read: the family's rules (blank text, schema, labels)."""
+    for document in documents:
+        try:
+            family.check(document)
+        except InputError as e:
+            if on_invalid is None:
+                raise
+            on_invalid(document, e)
+            continue
+        yield document
+
+
+def _slices(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    it = iter(documents)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def _paired(documents: Sequence[Document], results: Iterable[Result]) -> Iterator[tuple[Document, Result]]:
+    """Each result with its document: a model must give one result per document, in input order."""
+    given = 0
+    for result in results:
+        if given >= len(documents):
+            raise RuntimeError(f"the model returned more results than the {len(documents)} documents it was given")
+        document = documents[given]
+        if str(result.document_id) != str(document.id):
+            raise RuntimeError(f"the model returned a result for {result.document_id!r} where document "
+                               f"{document.id!r} was due: results must come in input order")
+        given += 1
+        yield document, result
+    if given != len(documents):
+        raise RuntimeError(f"the model returned {given} results for {len(documents)} documents")
+
+
+_LOCKS = threading.Lock()
+
+
+@contextmanager
+def _alone(model: LoadedModel) -> Iterator[None]:
+    """One run at a time on a loaded model: a run sets knobs, the dtype and the stage clock on the object
+    itself. Borrowers of the model shelf already take turns; this holds for a model shared any other way."""
+    with _LOCKS:
+        lock = vars(model).setdefault("_engine_run_lock", threading.Lock())
+    with lock:
+        yield
 
 
 def capped(result: Result, limit: int) -> Result:
@@ -180,8 +283,8 @@ def capped(result: Result, limit: int) -> Result:
 
 
 def extract(model: LoadedModel, documents: Sequence[Document], batch_size: int, **options) -> Iterator[Result]:
-    """The one way from a model to results for every surface (runs, jobs, evaluation): the model's
-    results, less the tuples that hold an empty span (docs/faithfulness.md)."""
+    """A model's results, less the tuples that hold an empty span (docs/faithfulness.md): what `run` gives
+    each slice to, and what fine-tuning's evaluation reads (its gold documents are checked by validate_gold)."""
     for result in model.extract(documents, batch_size=batch_size, **options):
         yield result.without_empty_spans()
 

@@ -10,7 +10,7 @@ import io
 import json
 import re
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable, Iterator
 
 from contracts.domain import Document, InputError
 from contracts.names import Reads
@@ -158,55 +158,82 @@ def read_documents(path: Path, default: dict[str, Any] | None = None, skip_inval
         return parse_documents(f, path.suffix, name or str(path), default, skip_invalid)
 
 
-def parse_documents(stream: BinaryIO, suffix: str, name: str, default: dict[str, Any] | None = None,
-                    skip_invalid: bool = False) -> tuple[list[Document], list[InputError]]:
+def iter_documents(path: Path, default: Any = None, on_invalid: Callable[[InputError], None] | None = None,
+                   name: str = "") -> Iterator[Document]:
+    """The documents of an input file, read one line (Parquet: one row batch) at a time as they are asked
+    for, so a file of any length is never held. A line that is not a document raises InputError naming it,
+    or, given `on_invalid`, is handed there and skipped. A missing file is refused now, not at the first read."""
+    path = Path(path)
+    require_file(path, name=name)
+
+    def read() -> Iterator[Document]:
+        with open(path, "rb") as f:
+            yield from stream_documents(f, path.suffix, name or str(path), default, on_invalid)
+    return read()
+
+
+def parse_documents(stream: BinaryIO, suffix: str, name: str, default: Any = None, skip_invalid: bool = False
+                    ) -> tuple[list[Document], list[InputError]]:
     """The documents of one input file's bytes (`suffix` says the format, `name` is used in messages).
     The corpus runner parses shards it was handed as bytes through here, exactly as the CLI reads a file."""
-    suffix = suffix.lower()
-    docs: list[Document] = []
     errors: list[InputError] = []
+    docs = list(stream_documents(stream, suffix, name, default, errors.append if skip_invalid else None))
+    return docs, errors
 
-    def add(make, line):
+
+def stream_documents(stream: BinaryIO, suffix: str, name: str, default: Any = None,
+                     on_invalid: Callable[[InputError], None] | None = None) -> Iterator[Document]:
+    """parse_documents, one document at a time: a bad line raises, or goes to `on_invalid` and is skipped.
+    What is wrong with the whole file (not UTF-8, no text column, not Parquet) always raises."""
+    suffix = suffix.lower()
+
+    def made(make) -> Document | None:
         try:
-            docs.append(make())
+            return make()
         except InputError as e:
-            if not skip_invalid:
+            if on_invalid is None:
                 raise
-            errors.append(e)
+            on_invalid(e)
+            return None
 
-    if suffix == ".parquet":
-        for n, row in enumerate(_parquet_rows(stream, name), start=1):
-            add(lambda: _document(_decoded(row, n), n, default), n)
-        return docs, errors
-    try:
-        if suffix == ".csv":
+    def lines() -> Iterator[Document | None]:
+        if suffix == ".parquet":
+            for n, row in enumerate(_parquet_rows(stream, name), start=1):
+                yield made(lambda: _document(_decoded(row, n), n, default))
+        elif suffix == ".csv":
             f = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
             reader = csv.DictReader(f)
             if not reader.fieldnames or "text" not in reader.fieldnames:
                 raise InputError(f"{name} has no 'text' column (columns: {reader.fieldnames})")
             for n, row in enumerate(reader, start=2):
-                add(lambda: _with_default(Document(row.get("id") or str(n - 1), row["text"] or "", line=n),
-                                          default), n)
+                yield made(lambda: _with_default(Document(row.get("id") or str(n - 1), row["text"] or "", line=n),
+                                                 default))
         elif suffix == ".txt":
             for n, text in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
-                if not text.strip():
-                    continue                             # a blank line separates texts; it is not one
-                add(lambda: _with_default(Document(str(n), text.rstrip("\r\n"), line=n), default), n)
-        else:                                            # .jsonl / .json lines
+                if text.strip():                     # a blank line separates texts; it is not one
+                    yield made(lambda: _with_default(Document(str(n), text.rstrip("\r\n"), line=n), default))
+        else:                                        # .jsonl / .json lines
             for n, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
-                if not raw.strip():
-                    continue
-                add(lambda raw=raw, n=n: _document(json_line(raw, n), n, default), n)
+                if raw.strip():
+                    yield made(lambda: _document(json_line(raw, n), n, default))
+
+    try:
+        for doc in lines():
+            if doc is not None:
+                yield doc
     except UnicodeDecodeError as e:
         raise InputError(f"{name} is not UTF-8 text ({e.reason} at byte {e.start}); is it a binary file?") from None
-    return docs, errors
 
 
-def _parquet_rows(stream: BinaryIO, name: str) -> list[dict[str, Any]]:
-    """Rows of a Parquet file as JSONL-like objects."""
+PARQUET_ROWS = 1024                      # rows read from a Parquet file at a time
+
+
+def _parquet_rows(stream: BinaryIO, name: str) -> Iterator[dict[str, Any]]:
+    """Rows of a Parquet file as JSONL-like objects, a row batch at a time."""
     import pyarrow.parquet as pq
     try:
-        return pq.read_table(stream).to_pylist()
+        for batch in pq.ParquetFile(stream).iter_batches(batch_size=PARQUET_ROWS):
+            yield from batch.to_pylist()
     except Exception as e:              # noqa: BLE001 - pyarrow raises several types for a broken file
         raise InputError(f"{name} is not a readable Parquet file ({type(e).__name__}: {e})") from None
 

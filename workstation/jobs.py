@@ -2,13 +2,21 @@
 
 A `JobRunner` runs jobs one after another in its own thread (never the Streamlit script thread). A job
 gets one worker thread and one model per device (every CUDA GPU for device "auto"/"cuda", else one; the
-model is loaded by the worker or borrowed per slice from the UI's shelf). Each worker claims a slice of
-pending documents from the database, extracts, and commits the results with the progress counters in one
+model is loaded by the worker, or borrowed per slice from the model shelf of the process: the UI's and the
+API's runners share their shelf, so a job uses the model a page already loaded on that device). Each worker
+claims a slice of pending documents from the database, runs it through `engine.run` like every other
+surface, and commits the results with the progress counters and the slice's stage timings in one
 transaction at the end of the slice, and also inside it every PROGRESS_S (a sign of life in a long slice). So:
 - a kill loses at most the claimed, uncommitted documents; the next runner puts them back and redoes them;
 - cancel is the job's status in the database, checked before each slice is claimed (any process may set it);
-- progress (done/total, docs/s) is in the database for any page or process to read.
+- progress (done/total, docs/s, seconds per stage) is in the database for any page or process to read.
 When every document is done the runner records a Run (source 'batch') with all results in input order.
+
+A job runs with the settings it was queued with. Each slice sets the job's optimizations and dtype on the
+model it borrows (engine.run, under the model's lock), and a page's run in between sets its own: toggling
+optimizations in the UI while a job runs changes the page's next run, never the job's slices. A page that
+asks for another model, weights or dtype on the job's device makes the shelf unload the job's model after
+the slice in hand, and the job's next slice loads its own again: the two take turns, never two copies.
 """
 from __future__ import annotations
 
@@ -30,8 +38,9 @@ from typing import Callable, Iterator, Sequence
 import psutil
 import torch
 
-from contracts.domain import Result
+from contracts.domain import Document, Result
 from contracts.model import LoadedModel
+from contracts.report import RunReport
 from storage.repository import Store
 from storage.views import JobStatus, StoreBusy
 from workstation import engine
@@ -81,13 +90,17 @@ class _JobRun:
     last_commit: float = 0.0
     docs: int = 0
 
-    def ready(self, model: LoadedModel, active: dict[str, str]) -> None:
+    def ready(self, report: RunReport) -> float:
+        """A slice's run has its model set up (engine.run's on_start). Returns the seconds of the job so far
+        (earlier sessions' wall time included), where the slice's back-offs are placed."""
         with self.lock:
+            now = time.perf_counter()
             if self.started is None:             # time counts from the first model ready, as in engine.run
-                self.started = self.last_commit = time.perf_counter()
+                self.started = self.last_commit = now
             if self.model_info is None:
-                self.model_info = {"demo": model.is_demo, "dtype": model.knobs.dtype,
-                                   "attention": model.knobs.attention, "optimizations": dict(active)}
+                self.model_info = {"demo": report.demo, "dtype": report.dtype, "attention": report.attention,
+                                   "optimizations": dict(report.optimizations)}
+            return self.job.wall_seconds + now - self.started
 
     def committed(self, n: int) -> tuple[float, float]:
         """(wall seconds since the previous commit of any worker, docs/s of this session). Intervals between
@@ -111,9 +124,9 @@ class JobRunner:
     slice_size: documents per claim (default 4 x batch size, at least 16)
     progress_s: inside a slice, the documents done so far are committed (and counted in the job's progress)
                 when this many seconds have passed since the last commit; the rest at the end of the slice
-    borrow:     borrow(job, device) -> a context manager lending a loaded model for one slice (the UI's
-                model shelf, so a job and the pages share one model per GPU and take turns between
-                slices). Without it each device worker loads its own model for the job.
+    borrow:     borrow(job, device) -> a context manager lending a loaded model for one slice (the model
+                shelf of the UI or the API, so a job and the pages share one model per GPU and take turns
+                between slices). Without it each device worker loads its own model for the job.
     """
 
     def __init__(self, store: Store, devices: Sequence[str] | None = None, slice_size: int | None = None,
@@ -246,45 +259,50 @@ class JobRunner:
     def _work(self, run: _JobRun, device: str, index: int) -> None:
         job, claimer = run.job, f"{self.owner}:{device}:{index}"
         try:
-            with self._models(job, device) as borrow:
+            with self._models(job, device) as lend:
                 while not run.stop.is_set():
                     claimed = self.store.claim_items(job.id, claimer, run.slice_size, owner=self.owner)
                     if not claimed:
                         break                               # all claimed, cancelled, or taken over
-                    positions, documents = [p for p, _ in claimed], [d for _, d in claimed]
-                    with borrow() as (model, active):
-                        run.ready(model, active)
-                        for document in documents:
-                            model.family.check(document)
-                        on_cuda = model.device.startswith("cuda")
-                        if on_cuda:
-                            torch.cuda.reset_peak_memory_stats(model.device)
-                        tokens_before = model.tokens_processed()
-                        done, last_commit, produced = [], time.monotonic(), 0
-                        for i, result in enumerate(engine.iter_results(model, documents, job.batch_size,
-                                                                       **job.options)):
-                            if i >= len(documents):
-                                raise RuntimeError(f"the model returned more results than the {len(documents)} "
-                                                   "documents it was given")
-                            done.append((positions[i], result))
-                            produced = i + 1
-                            if i + 1 < len(documents) and time.monotonic() - last_commit >= self.progress_s:
-                                # a sign of life inside a long slice: the documents done so far, committed
-                                self._commit(run, done)
-                                done, last_commit = [], time.monotonic()
-                        tokens = model.tokens_processed() - tokens_before
-                        peak = torch.cuda.max_memory_allocated(model.device) if on_cuda else None
-                    if produced != len(documents):
-                        raise RuntimeError(f"the model returned {produced} results for {len(documents)} documents")
-                    self._commit(run, done, tokens=tokens, peak=peak)
+                    self._run_slice(run, lend, claimed)
         except Exception as e:
             log.exception("job %s on %s", job.id, device)
             run.fail(f"{device}: {type(e).__name__}: {e}")
 
-    def _commit(self, run: _JobRun, done: list[tuple[int, Result]], tokens: int = 0, peak: int | None = None) -> None:
+    def _run_slice(self, run: _JobRun, lend: engine.Lend, claimed: list[tuple[int, Document]]) -> None:
+        """One claimed slice through engine.run, as every surface runs documents: the job's optimizations and
+        dtype set on the model, each document checked, stage timings measured. The documents done are
+        committed every `progress_s` (a sign of life inside a long slice), the rest with the slice's
+        measurements at its end."""
+        job, positions = run.job, [p for p, _ in claimed]
+        done: list[tuple[int, Result]] = []
+        last_commit, began, produced = time.monotonic(), 0.0, 0
+
+        def started(report: RunReport) -> None:
+            nonlocal began
+            began = run.ready(report)
+
+        def finished(document: Document, result: Result) -> None:
+            nonlocal done, last_commit, produced
+            done.append((positions[produced], result))
+            produced += 1
+            if produced < len(claimed) and time.monotonic() - last_commit >= self.progress_s:
+                self._commit(run, done)
+                done, last_commit = [], time.monotonic()
+
+        report = engine.run(lend, [d for _, d in claimed], job.batch_size, family=engine.family(job.model),
+                            optimizations=job.optimizations, configured_dtype=job.dtype, on_start=started,
+                            on_result=finished, keep_results=False, **job.options)
+        backoffs = [{**b, "at_seconds": round(began + b["at_seconds"], 3)} for b in report.backoffs]
+        self._commit(run, done, tokens=report.tokens, peak=report.peak_memory_bytes, stages=report.stages,
+                     backoffs=backoffs)
+
+    def _commit(self, run: _JobRun, done: list[tuple[int, Result]], tokens: int = 0, peak: int | None = None,
+                stages: dict[str, float] | None = None, backoffs: list[dict] | None = None) -> None:
         seconds, rate = run.committed(len(done))
         self._patiently(lambda: self.store.complete_items(run.job.id, done, seconds=seconds, tokens=tokens,
-                                                          peak_memory_bytes=peak, docs_per_second=rate))
+                                                          peak_memory_bytes=peak, docs_per_second=rate,
+                                                          stages=stages, backoffs=backoffs))
 
     def _patiently(self, write: Callable[[], object]) -> object:
         """A write the job cannot do without (its results, its run): a busy store is waited out a while
@@ -299,27 +317,25 @@ class JobRunner:
                 time.sleep(delay)
 
     @contextmanager
-    def _models(self, job: JobStatus, device: str) -> Iterator[Callable]:
-        """Yields `borrow()`, a context manager giving (model, active optimizations) for one slice: a model
-        borrowed from `self.borrow` for each slice, or one this worker loads once and frees at the end."""
+    def _models(self, job: JobStatus, device: str) -> Iterator[engine.Lend]:
+        """Yields the Lend each slice's engine.run takes its model from: `self.borrow` (the shelf's model for
+        this device, taken in turns with the pages between slices), or a model this worker loads at its
+        first slice and frees at the end of the job."""
         if self.borrow is not None:
-            @contextmanager
-            def shared():
-                with self.borrow(job, device) as model:
-                    yield model, _prepare(model, job)      # another page may have turned knobs since the last slice
-            yield shared
+            yield lambda: self.borrow(job, device)
             return
-        model = engine.load_model(job.model, Path(job.weights), device, job.dtype)
-        try:
-            active = _prepare(model, job)
+        own: list[LoadedModel] = []
 
-            @contextmanager
-            def own():
-                yield model, active
-            yield own
+        @contextmanager
+        def lend() -> Iterator[LoadedModel]:
+            if not own:
+                own.append(engine.load_model(job.model, Path(job.weights), device, job.dtype))
+            yield own[0]
+        try:
+            yield lend
         finally:
-            on_cuda = model.device.startswith("cuda")
-            model = None                                    # drop the last reference before freeing GPU memory
+            on_cuda = bool(own) and own[0].device.startswith("cuda")
+            own.clear()                                     # drop the last reference before freeing GPU memory
             gc.collect()
             if on_cuda:
                 torch.cuda.empty_cache()
@@ -341,10 +357,3 @@ class JobRunner:
     def _is_dead(self, owner: str | None, heartbeat_at: datetime | None) -> bool:
         return owner != self.owner and owner_is_dead(owner, heartbeat_at, self.stale_after_s)
 
-
-def _prepare(model: LoadedModel, job: JobStatus) -> dict[str, str]:
-    """Turn the job's optimizations on (the others off); returns what runs, as engine.apply_optimizations."""
-    active = engine.apply_optimizations(model, job.optimizations)
-    if model.knobs.dtype == "fp32" and job.dtype != "fp32":
-        model.set_dtype(job.dtype)            # no precision optimization on: the job's dtype, as a UI run does
-    return active

@@ -1,20 +1,26 @@
-"""Loaded models shared by every browser tab and by batch jobs.
+"""Loaded models shared by every browser tab and by batch jobs (the UI's and the API's).
 
 One model per device: asking for a different model, weights, dtype or reload-type optimization set on a
 device unloads the old one first (engine.unload), so its GPU memory is back before the new one loads.
-Each model has a lock: optimizations turn knobs on the shared object, so knobs are set and the run
-happens under the same lock.
+Devices are keyed by their canonical name ("auto" and "cuda" are the current GPU, "cuda:0"), so a page
+asking for "auto" and a job's worker on "cuda:0" find the same model.
+Each model has a lock, held for a whole borrow: optimizations turn knobs on the shared object, so knobs are
+set and the run happens under the same lock, and two threads never run one model at once. A batch job
+borrows per slice (`borrow_for_job`), so pages and jobs take turns between slices.
 """
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import torch
+
 from contracts.model import LoadedModel
-from workstation import engine
+from storage.views import JobStatus
+from workstation import engine, plugins
 
 ModelKey = tuple[str, str, str, str, frozenset]     # (model, weights, device, dtype, reload-type optimizations)
 
@@ -39,7 +45,14 @@ class ModelShelf:
     @staticmethod
     def key(model: str, weights: Path | str, device: str, dtype: str,
             reload_optimizations: frozenset = frozenset()) -> ModelKey:
-        return (model, str(weights), engine.resolve_device(device), dtype, frozenset(reload_optimizations))
+        return (model, str(weights), canonical_device(device), dtype, frozenset(reload_optimizations))
+
+    def borrow_for_job(self, job: JobStatus, device: str) -> AbstractContextManager[LoadedModel]:
+        """The model a batch job's slice on `device` runs on (JobRunner's `borrow`): the one a page of this
+        process has loaded for the same model, weights and dtype (workstation/ui/runs.py queues jobs with
+        the settings of its own runs), so a job started from the UI never loads a second copy."""
+        return self.borrow(self.key(job.model, job.weights, device, job.dtype,
+                                    reload_optimizations(job.optimizations)))
 
     @contextmanager
     def borrow(self, key: ModelKey) -> Iterator[LoadedModel]:
@@ -79,3 +92,15 @@ class ModelShelf:
         with slot.lock:                 # waits for a run in progress on the old model to finish
             # take() hands unload the only reference, so its `del` really frees the weights
             engine.unload(slot.take())
+
+
+def canonical_device(device: str) -> str:
+    """One name per device: "auto" and "cuda" resolve to the current GPU's "cuda:N"."""
+    device = engine.resolve_device(device)
+    return f"cuda:{torch.cuda.current_device()}" if device == "cuda" else device
+
+
+def reload_optimizations(names) -> frozenset:
+    """The named optimizations that take a reload to switch: a model with other ones is another model."""
+    registry = plugins.optimizations()
+    return frozenset(n for n in names if n in registry and registry[n].switch == "reload")

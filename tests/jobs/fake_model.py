@@ -31,6 +31,8 @@ class FakeModel(LoadedModel):
 
     def extract(self, documents: Sequence[Document], batch_size: int = 8,
                 on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
+        if options.get("backoff"):
+            self.clock.backoff(options["backoff"])      # as a model that ran out of GPU memory and halved its batch
         for doc in documents:
             PROCESSED.append((id(self), doc.id))
             if doc.id in GATES:

@@ -256,3 +256,27 @@ def test_runner_can_borrow_a_shared_model_for_each_slice(store, fake, weights):
     assert_each_document_once_in_order(store, job_id, docs)
     assert borrowed == [(job_id, "cpu")] * 3 and fake.LOADS == []          # one borrow per slice, no own model
     assert {model for model, _ in fake.PROCESSED} == {id(shared)} and job.status == "done"
+
+
+def test_a_job_records_its_stage_timings_back_offs_and_kernel_like_any_run(store, fake, weights):
+    docs = documents(10)
+    job_id = create(store, weights, docs=docs, options={"backoff": 2})
+    job = JobRunner(store, slice_size=4).run_job(job_id)
+    assert job.status == "done" and set(job.stages["seconds"]) == {"prepare", "device", "decode", "write"}
+    assert [b["rows"] for b in job.stages["backoffs"]] == [2, 2, 2]        # one per slice, in job time
+    times = [b["at_seconds"] for b in job.stages["backoffs"]]
+    assert times == sorted(times) and times[-1] <= job.wall_seconds + 1
+    s = store.get_run(job.run_id).summary
+    assert s.stages["seconds"] == job.stages["seconds"] and s.stages["backoffs"] == job.stages["backoffs"]
+    assert s.stages["device_busy"] is not None and s.attention == "eager"
+
+
+def test_a_job_on_a_shelf_runs_on_the_model_a_page_already_loaded(store, fake, weights):
+    from workstation.shelf import ModelShelf
+    shelf = ModelShelf()
+    with shelf.borrow(ModelShelf.key("fake", weights, "auto", "fp32")) as page_model:   # a page ran on "auto"
+        pass
+    docs = documents(12)
+    job = JobRunner(store, slice_size=4, borrow=shelf.borrow_for_job).run_job(create(store, weights, docs=docs))
+    assert_each_document_once_in_order(store, job.id, docs)
+    assert {model for model, _ in fake.PROCESSED} == {id(page_model)} and fake.LOADS == ["cpu"]  # no second copy

@@ -1,4 +1,4 @@
-"""At most max_tuples_per_document tuples per document, with a warning, on every surface (engine.iter_results)."""
+"""At most max_tuples_per_document tuples per document, with a warning, on every surface (engine.run)."""
 from __future__ import annotations
 
 from test_job_runner import create, documents

@@ -190,3 +190,18 @@ def test_a_corpus_job_shows_its_counts_and_how_to_resume_without_a_resume_button
     at.run()
     assert store.get_job(job_id).status == "cancelled" and not any(b.label == "Resume" for b in at.button)
     assert not store.requeue_job(job_id)
+
+
+def test_a_job_started_after_an_extract_run_uses_the_model_that_run_loaded(app, fake_plugin):
+    at = app.run()
+    next(b for b in at.button if b.label == "Run").click().run()
+    assert not at.exception and len(fake_plugin.family.loads) == 1
+    [key] = state.model_shelf().loaded()
+    at.switch_page(PAGE).run()
+    at.file_uploader(key="batch_upload").set_value(("t.txt", "Alice\nParis and Alice\n".encode(), "text/plain")).run()
+    start(at)
+    [job] = state.store().list_jobs()
+    done = wait_done(job.id)
+    assert done.status == "done" and state.model_shelf().loaded() == [key]
+    assert len(fake_plugin.family.loads) == 1                 # the job borrowed it: no second copy
+    assert set(state.store().get_run(done.run_id).summary.stages["seconds"]) == {"prepare", "device", "decode", "write"}

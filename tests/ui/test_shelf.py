@@ -75,3 +75,32 @@ def test_evict_unloads_everything(tmp_path):
     shelf.evict()
     gc.collect()
     assert gone() is None and shelf.loaded() == []
+
+
+def test_a_job_keeps_its_optimizations_while_a_page_toggles_others_between_its_slices(tmp_path, store, fake_plugin):
+    """The rule (workstation/jobs.py): each slice sets the job's optimizations on the shared model under its
+    lock, and a page's run in between sets its own; neither leaks into the other's runs."""
+    from contextlib import contextmanager
+
+    from workstation import engine
+    from workstation.jobs import JobRunner
+    weights = fake_plugin.family.write_demo_weights(tmp_path / "w")
+    shelf = ModelShelf()
+    page_key = ModelShelf.key("fakeie", weights, "cpu", "fp32")
+    docs = [Document(str(i), "Alice in Paris", schema={"Alice": None}) for i in range(12)]
+    job_id = store.create_job(docs, "fakeie", str(weights), 2, [], {}, "in.jsonl", device="cpu")
+    during_job, page_reports = [], []
+
+    @contextmanager
+    def borrow(job, device):
+        with shelf.borrow_for_job(job, device) as model:
+            yield model
+            during_job.append(dict(model.knobs.extra))    # the knobs the job's slice ran with
+        # a page run between two slices, with an optimization switched on in the UI
+        page_reports.append(engine.run(lambda: shelf.borrow(page_key), docs[:1], family=fake_plugin.family,
+                                       optimizations=["fake-fast"], only_applicable=True))
+    job = JobRunner(store, slice_size=4, borrow=borrow).run_job(job_id)
+    assert job.status == "done" and during_job == [{}, {}, {}]
+    assert [r.optimizations for r in page_reports] == [{"fake-fast": "fast path"}] * 3
+    assert store.get_run(job.run_id).summary.optimizations == {}
+    assert len(fake_plugin.family.loads) == 1                 # one model, taken in turns

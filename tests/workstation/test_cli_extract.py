@@ -115,3 +115,116 @@ def test_demo_weights_command_writes_marked_checkpoints(tmp_path):
     assert {"config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
             "pytorch_model.bin", "RANDOM_DEMO_WEIGHTS.txt"} <= {p.name for p in d.iterdir()}
     assert "RANDOM DEMO WEIGHTS" in (d / "RANDOM_DEMO_WEIGHTS.txt").read_text()
+
+
+def mid_stream_input(tmp_path, bad_line: int, lines: int):
+    """Good lines with one bad one far enough in that the slices before it have run (batch size 1: 256 a slice)."""
+    rows = [{"id": n, "text": f"张{n}", "schema": NER} for n in range(1, lines + 1)]
+    rows[bad_line - 1] = {"id": bad_line, "text": "x", "schema": {}}
+    return write_lines(tmp_path / "in.jsonl", rows)
+
+
+@pytest.fixture
+def history(tmp_path, monkeypatch):
+    """settings.toml in tmp_path (what IEW_SETTINGS points at) with the history database beside it."""
+    from workstation import settings
+    path = tmp_path / "settings.toml"
+    path.write_text(f'[storage]\ndatabase = "{tmp_path / "runs.db"}"\n', "utf-8")
+    monkeypatch.setattr(settings, "DEFAULT_PATH", path)
+    return tmp_path / "runs.db"
+
+
+def recorded_runs(db):
+    from storage import open_store
+    if not db.exists():
+        return []
+    store = open_store(db)
+    try:
+        return [store.get_run(s.id) for s in store.search_runs()]
+    finally:
+        store.close()
+
+
+def test_a_bad_line_mid_stream_stops_the_run_naming_it_and_leaves_no_output_nor_run(tmp_path, rex_tiny, capsys,
+                                                                                    history):
+    inp = mid_stream_input(tmp_path, bad_line=300, lines=320)
+    out = tmp_path / "out.jsonl"
+    code = main(["extract", "--model", "rexuninlu", "--weights", str(rex_tiny), "--input", str(inp),
+                 "--output", str(out), "--device", "cpu", "--batch-size", "1"])
+    assert code == 2 and "line 300: schema is empty" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob(".out.jsonl*"))      # the temporary output is gone
+    import sqlite3
+    with sqlite3.connect(history) as db:                                      # and the partly recorded run
+        assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_skip_invalid_goes_on_past_a_bad_line_mid_stream(tmp_path, rex_tiny, capsys):
+    code, out = extract(tmp_path, rex_tiny, mid_stream_input(tmp_path, bad_line=300, lines=320), "--skip-invalid",
+                        "--batch-size", "1")
+    assert code == 0
+    ids = [json.loads(line)["id"] for line in out.read_text("utf-8").splitlines()]
+    assert ids == [str(n) for n in range(1, 321) if n != 300]
+    err = capsys.readouterr().err
+    assert "skipped: line 300: schema is empty" in err and "1 skipped" in err
+
+
+def test_the_run_is_recorded_in_the_history_by_default_and_not_with_no_record(tmp_path, rex_tiny, capsys, history):
+    lines = [{"id": f"d{n}", "text": f"张三{n}在北京", "schema": NER} for n in range(5)]
+    inp, out = write_lines(tmp_path / "in.jsonl", lines), tmp_path / "out.jsonl"
+    argv = ["extract", "--model", "rexuninlu", "--weights", str(rex_tiny), "--input", str(inp), "--output", str(out),
+            "--device", "cpu", "--batch-size", "2"]
+    assert main(argv) == 0
+    [run] = recorded_runs(history)
+    s = run.summary
+    assert (s.source, s.model, s.documents, s.device, s.dtype, s.demo) == ("cli", "rexuninlu", 5, "cpu", "fp32", True)
+    assert s.attention == "eager" and s.batch_size == 2 and s.docs_per_second > 0
+    assert set(s.stages["seconds"]) == {"prepare", "device", "decode", "write"} and s.stages["device_busy"] > 0
+    assert [d.id for d, _ in run.items] == [line["id"] for line in lines]
+    written = [json.loads(line)["output"] for line in out.read_text("utf-8").splitlines()]
+    assert [r.to_json()["output"] for _, r in run.items] == written
+    assert run.settings["summary"]["documents"] == 5
+    assert main([*argv, "--no-record"]) == 0
+    assert len(recorded_runs(history)) == 1
+
+
+def test_iew_settings_points_a_cli_run_at_another_history(tmp_path, rex_tiny):
+    """The launcher in a child process, as a person runs it, recording where IEW_SETTINGS says."""
+    import os
+    import subprocess
+    import sys
+
+    from workstation.settings import ROOT
+    db = tmp_path / "elsewhere" / "runs.db"
+    (tmp_path / "settings.toml").write_text(f'[storage]\ndatabase = "{db}"\n', "utf-8")
+    inp = write_lines(tmp_path / "in.jsonl", [{"id": "a", "text": "张三在北京", "schema": NER}])
+    done = subprocess.run([sys.executable, str(ROOT / "launcher.py"), "extract", "--model", "rexuninlu", "--weights",
+                           str(rex_tiny), "--input", str(inp), "--output", str(tmp_path / "out.jsonl"), "--device", "cpu"],
+                          env={**os.environ, "IEW_SETTINGS": str(tmp_path / "settings.toml")}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [run] = recorded_runs(db)
+    assert run.summary.source == "cli" and run.summary.documents == 1 and run.summary.stages["seconds"]
+
+
+def test_documents_are_read_as_they_are_needed(tmp_path):
+    """The reader parses a line only when asked for it: a broken line 3 is no error until it is reached."""
+    from workstation.inputs import iter_documents
+    inp = write_lines(tmp_path / "in.jsonl", [{"id": "a", "text": "甲"}, {"id": "b", "text": "乙"}, "{broken"])
+    docs = iter_documents(inp)
+    assert [next(docs).id, next(docs).id] == ["a", "b"]
+    with pytest.raises(Exception, match="line 3: malformed JSON"):
+        next(docs)
+    skipped = []
+    assert [d.id for d in iter_documents(inp, on_invalid=skipped.append)] == ["a", "b"] and len(skipped) == 1
+
+
+def test_parquet_is_read_in_row_batches(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from workstation import inputs
+    monkeypatch.setattr(inputs, "PARQUET_ROWS", 2)
+    pq.write_table(pa.Table.from_pylist([{"id": str(i), "text": f"文本{i}"} for i in range(5)]), tmp_path / "in.parquet",
+                   row_group_size=2)
+    assert [(d.id, d.line) for d in inputs.iter_documents(tmp_path / "in.parquet")] == [
+        (str(i), i + 1) for i in range(5)]

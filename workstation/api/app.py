@@ -292,7 +292,7 @@ def _routes(app: FastAPI, state: ApiState) -> None:
                 body = ExtractRequest.model_validate(await _body_json(request))
             except ValidationError as e:
                 raise ApiError(422, "invalid_request", validation_message(e.errors())) from None
-            config, documents = await _run_in_thread(_checked, state, body)
+            config, documents = await _run_in_thread(_checked, state, body, True)
             name = "api request"
         else:
             raise ApiError(415, "unsupported_media_type", "send application/json or multipart/form-data")
@@ -369,9 +369,11 @@ async def _wait(request, timeout_s: float):
     return outcome
 
 
-def _checked(state: ApiState, body: ExtractRequest):
+def _checked(state: ApiState, body: ExtractRequest, job: bool = False):
+    """The request's settings and documents; a job's documents are checked now, before anything is queued
+    (an extraction's are checked by engine.run, in its pass)."""
     config = state.config(body.model, body.device, body.dtype, body.optimizations, body.options, body.batch_size)
-    return config, state.documents(body.model, body.document_dicts())
+    return config, state.documents(body.model, body.document_dicts(), check=job)
 
 
 async def _upload(state: ApiState, request: Request):

@@ -1,9 +1,10 @@
 """What the API's routes share, once per server process: settings, the store, the models, the lanes,
 the job runner and the GPU recorder (the API's counterpart of workstation/ui/state.py).
 
-An extraction goes: validated documents -> a lane of (model, device) -> a shared pass on a model from
-the shelf (engine.apply_optimizations, engine.run, exactly as the CLI) -> one Run per request in the
-store, so History shows it. Jobs are the UI's batch jobs: the same tables and the same JobRunner.
+An extraction goes: documents -> a lane of (model, device) -> a shared pass through engine.run on a model
+borrowed from the shelf (the documents checked there, once, before the model is taken; optimizations and
+the dtype rule set as for the CLI) -> one Run per request in the store, so History shows it. Jobs are the
+UI's batch jobs: the same tables and the same JobRunner, borrowing this shelf's models per slice.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 from contracts.domain import Document, InputError, Result
 from contracts.report import RunReport
 from storage.repository import Store, open_store
+from storage.views import JobStatus
 from workstation import engine, plugins
 from workstation.api.lanes import LaneRequest, Lanes, RunConfig
 from workstation.api.recorder import Recorder
@@ -50,7 +52,7 @@ class ApiState:
         api = settings.api
         self.lanes = Lanes(self._execute, api.queue_size, api.batch_wait_ms / 1000, api.max_batch_documents)
         self.recorder = Recorder(self.store)
-        self.jobs = JobRunner(self.store)
+        self.jobs = JobRunner(self.store, borrow=self.borrow_for_job)
         self._monitor_factory = monitor_factory
         self.gpus: GpuRecorder | None = None
         self.label_studio_projects: dict[str, Any] = {}      # LS project id -> its parsed label config
@@ -112,15 +114,17 @@ class ApiState:
         return RunConfig(model, str(weights), self.device(model, device), dtype, tuple(dict.fromkeys(names)),
                          tuple(sorted(options.items())), batch_size or ms.batch_size, defaults=optimizations is None)
 
-    def documents(self, model: str, items: Sequence[dict[str, Any]]) -> list[Document]:
-        """Request documents -> Documents, each checked as a run checks it (`ModelFamily.check`: the text, the kind
-        of input the model reads, its own rules); `line` is its 1-based position."""
+    def documents(self, model: str, items: Sequence[dict[str, Any]], check: bool = False) -> list[Document]:
+        """Request documents -> Documents; `line` is each one's 1-based position. An extraction's documents
+        are checked by engine.run in its pass (a bad one fails its own request alone: lanes.py); a job's are
+        checked here with `check`, so a bad document is refused before anything is queued."""
         fam = self.family(model)
         documents = []
         for n, item in enumerate(items, start=1):
             doc = Document(str(item.get("id") if item.get("id") is not None else n), item["text"],
                            item.get("schema"), item.get("task"), item.get("labels"), line=n)
-            fam.check(doc)
+            if check:
+                fam.check(doc)
             documents.append(doc)
         return documents
 
@@ -133,14 +137,12 @@ class ApiState:
 
     def _execute(self, config: RunConfig, requests: Sequence[LaneRequest]) -> list[Extraction]:
         documents = [d for r in requests for d in r.documents]
-        ms = self.settings.model(config.model)
-        with self.shelf.borrow(self.shelf_key(config)) as model:
-            active = engine.apply_optimizations(model, self.optimizations_for(model, config))
-            # As `launcher.py extract`: an asked dtype wins; settings.toml's applies where no optimization chose one.
-            dtype = config.dtype or (ms.dtype if model.knobs.dtype == "fp32" else model.knobs.dtype)
-            if dtype != model.knobs.dtype:
-                model.set_dtype(dtype)
-            report = engine.run(model, documents, config.batch_size, active, **dict(config.options))
+        key = self.shelf_key(config)
+        # As `launcher.py extract`: an asked dtype wins; settings.toml's applies where no optimization chose one.
+        report = engine.run(lambda: self.shelf.borrow(key), documents, config.batch_size,
+                            family=self.family(config.model), optimizations=config.optimizations,
+                            only_applicable=config.defaults, dtype=config.dtype,
+                            configured_dtype=self.settings.model(config.model).dtype, **dict(config.options))
         return self._split(config, requests, report)
 
     @staticmethod
@@ -153,6 +155,12 @@ class ApiState:
         # on weights cast down and back up by an earlier request: outputs match a fresh CLI run.
         wanted = frozenset(config.optimizations) | {f"dtype={config.dtype or self.settings.model(config.model).dtype}"}
         return ModelShelf.key(config.model, config.weights, config.device, "fp32", wanted)
+
+    def borrow_for_job(self, job: JobStatus, device: str):
+        """A job's slice runs on the model of this shelf that an extraction with the job's settings uses."""
+        config = RunConfig(job.model, job.weights, device, job.dtype, tuple(job.optimizations),
+                           tuple(sorted(job.options.items())), job.batch_size)
+        return self.shelf.borrow(self.shelf_key(config))
 
     def _split(self, config: RunConfig, requests: Sequence[LaneRequest], report: RunReport) -> list[Extraction]:
         out, start = [], 0

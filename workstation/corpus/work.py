@@ -1,8 +1,9 @@
 """What Ray runs for a corpus job, free of Ray itself: shards into document rows, document rows into results.
 
 `parse_shards` reads a shard's bytes with the CLI's parser (workstation/inputs.py); `ExtractionWorker` loads
-the model once and runs the CLI's engine code (load_for_run, the model's checks, engine.run). A line or document that
-fails becomes a row with its reason in `error`; it never fails the job.
+the model once and runs each batch through engine.run, the CLI's run path (each document checked once, the
+optimizations and the dtype rule set). A line or document that fails becomes a row with its reason in
+`error`; it never fails the job.
 """
 from __future__ import annotations
 
@@ -76,8 +77,8 @@ class ExtractionWorker:
         from workstation import engine  # imported here: the parsing tasks need no torch
         self.engine = engine
         self.job, self.report = job, report
-        self.model, self.active = self.engine.load_for_run(job["model"], Path(job["weights"]), job["device"],
-                                                      job["optimizations"], job["dtype"], job["configured_dtype"])
+        # Loaded in fp32: engine.run sets the job's optimizations and dtype (a change only at the first batch).
+        self.model = engine.load_model(job["model"], Path(job["weights"]), job["device"], "fp32")
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -89,14 +90,8 @@ class ExtractionWorker:
             if row["error"] is not None or row["line"] == EMPTY:
                 out[i] = _result_row(row, error=row["error"])
                 continue
-            doc = Document(row["id"], row["text"], _json(row["schema"]), row["task"], _json(row["labels"]),
-                           row["line"])
-            try:
-                self.model.family.check(doc)
-            except InputError as e:
-                out[i] = _result_row(row, error=str(e))
-                continue
-            documents.append(doc)
+            documents.append(Document(row["id"], row["text"], _json(row["schema"]), row["task"],
+                                      _json(row["labels"]), row["line"]))
             where.append(i)
         for i, (result, error) in zip(where, self.extract(documents)):
             out[i] = _result_row(rows[i], error=error) if error else _result_row(
@@ -112,15 +107,21 @@ class ExtractionWorker:
         if not documents:
             return []
         try:
-            return [(r, None) for r in self._run(documents)]
+            return self._run(documents)
         except Exception as e:               # noqa: BLE001 - narrowed to the document below
             if len(documents) == 1:
                 return [(None, f"{type(e).__name__}: {e}")]
         return [pair for doc in documents for pair in self.extract([doc])]
 
-    def _run(self, documents: list[Document]) -> list:
-        report = self.engine.run(self.model, documents, self.job["batch_size"], self.active, **self.job["options"])
-        return report.results
+    def _run(self, documents: list[Document]) -> list[tuple[Any, str | None]]:
+        """One engine.run: a document that fails its checks is its own error, the others run."""
+        outcome: dict[int, tuple[Any, str | None]] = {}
+        self.engine.run(self.model, documents, self.job["batch_size"], optimizations=self.job["optimizations"],
+                        dtype=self.job["dtype"], configured_dtype=self.job["configured_dtype"], keep_results=False,
+                        on_invalid=lambda doc, e: outcome.__setitem__(id(doc), (None, str(e))),
+                        on_result=lambda doc, result: outcome.__setitem__(id(doc), (result, None)),
+                        **self.job["options"])
+        return [outcome[id(doc)] for doc in documents]
 
 
 def _json(value: str | None) -> Any:

@@ -8,8 +8,8 @@ from typing import Any, Sequence
 from contracts.domain import Document, InputError
 from contracts.model import ModelFamily, TaskPreset
 from contracts.names import Reads
-from workstation import engine, plugins
-from workstation.shelf import ModelShelf
+from workstation import engine
+from workstation.shelf import ModelShelf, reload_optimizations
 from workstation.ui import state
 
 RERUN_IN_PAGE = 64                      # more documents than this re-run as a background job
@@ -68,35 +68,24 @@ def document_for(family: ModelFamily, preset: TaskPreset | None, schema: Any, te
     return Document(doc_id, text, schema=schema)
 
 
-def applicable(model, names: Sequence[str]) -> list[str]:
-    """The chosen optimizations that apply to this model (others are shown as not applying, not run)."""
-    registry = plugins.optimizations()
-    return [n for n in names if n in registry and registry[n].applies_to(model)[0]]
-
-
 def target(request: RunRequest) -> tuple[tuple, str, str, int]:
     """(shelf key, weights, dtype, batch size) for a request: settings.toml and the sidebar's weights."""
     s = state.settings()
     weights, _ = state.weights_for(request.model)       # settings.toml's, or a fine-tune chosen in the sidebar
     ms = s.model(request.model)
-    registry = plugins.optimizations()
-    reload_set = frozenset(n for n in request.optimizations if n in registry and registry[n].switch == "reload")
-    key = ModelShelf.key(request.model, weights, request.device, ms.dtype, reload_set)
+    key = ModelShelf.key(request.model, weights, request.device, ms.dtype, reload_optimizations(request.optimizations))
     return key, str(weights), ms.dtype, request.batch_size or ms.batch_size
 
 
 def run_only(request: RunRequest, documents: Sequence[Document]) -> tuple[engine.RunReport, str, str]:
-    """Validate and run under the model's lock, without recording: (report, weights, dtype)."""
-    fam = engine.family(request.model)
-    for doc in documents:
-        fam.check(doc)               # before loading anything: a bad schema costs no GPU time
+    """Run on the shelf's model, without recording: (report, weights, dtype). engine.run checks the documents
+    before it borrows the model (a bad schema costs no load and no GPU time), then holds the model's lock
+    for the run; the chosen optimizations that do not apply to the model are skipped."""
     key, weights, dtype, batch_size = target(request)
-    with state.model_shelf().borrow(key) as model:
-        active = engine.apply_optimizations(model, applicable(model, request.optimizations))
-        if model.knobs.dtype == "fp32" and dtype != "fp32":
-            model.set_dtype(dtype)      # no precision optimization on: the dtype of settings.toml
-        report = engine.run(model, documents, batch_size, optimizations=active,
-                            thresholds=dict(request.thresholds) or None, **dict(request.options))
+    report = engine.run(lambda: state.model_shelf().borrow(key), documents, batch_size,
+                        family=engine.family(request.model), optimizations=request.optimizations,
+                        only_applicable=True, configured_dtype=dtype, thresholds=dict(request.thresholds) or None,
+                        **dict(request.options))
     return report, weights, dtype
 
 
@@ -124,8 +113,8 @@ def rerun(detail) -> tuple[str, int]:
 def start_job(request: RunRequest, documents: Sequence[Document], source_name: str) -> int:
     """Queue documents as a background job (recorded as a 'batch' run when done) and start it."""
     key, weights, dtype, batch_size = target(request)
-    with state.model_shelf().borrow(key) as model:
-        names = applicable(model, request.optimizations)   # the job would fail on one that does not apply
+    with state.model_shelf().borrow(key) as model:      # loaded now: the job's slices borrow this one
+        names = engine.applicable(model, request.optimizations)   # the job would fail on one that does not apply
     job_id = state.store().create_job(
         list(documents), request.model, weights, batch_size, names, dict(request.options), source_name,
         device=request.device, dtype=dtype, task=request.task, settings_snapshot=request.snapshot(weights, dtype))

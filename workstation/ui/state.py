@@ -64,7 +64,9 @@ def gpu_recorder() -> GpuRecorder:
 @st.cache_resource(show_spinner=False)
 def _job_runner(db_path: str):
     from workstation.jobs import JobRunner
-    runner = JobRunner(_store(db_path))
+    # Jobs borrow the pages' models, slice by slice: a job started from Batch runs on the model already
+    # loaded for its device, never on a second copy (workstation/jobs.py says how the two take turns).
+    runner = JobRunner(_store(db_path), borrow=model_shelf().borrow_for_job)
     runner.resume_unfinished()          # once per process: jobs cut off by the last shutdown go on
     return runner
 

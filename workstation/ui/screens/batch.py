@@ -9,6 +9,7 @@ import streamlit as st
 
 from contracts.domain import InputError
 from contracts.names import Reads
+from contracts.stages import describe as describe_stages
 from workstation import plugins
 from workstation.inputs import read_valid_documents
 from workstation.ui import gpu, local_files, render, runs, schema_editor, state
@@ -140,6 +141,10 @@ def job_card(store, job) -> None:
                          f"`{job.status}`")
         rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
         st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s")
+        if (job.stages or {}).get("seconds"):             # where the time went, summed over the slices done
+            seconds = job.stages["seconds"]
+            busy = seconds.get("device", 0.0) / job.wall_seconds if job.wall_seconds else None
+            st.caption(render.md_text(describe_stages(seconds, job.wall_seconds, busy, job.stages.get("backoffs"))))
         if job.corpus_output:
             st.caption(f"Corpus job (`launcher.py corpus`): results in {render.md_text(job.corpus_output)}. "
                        "Run the same command again to resume it.")
