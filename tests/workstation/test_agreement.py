@@ -22,6 +22,17 @@ def test_identical_runs_agree_fully_on_every_type():
         assert c.scores()["precision (exact)"] == c.scores()["recall (overlap)"] == 1.0
 
 
+def test_spans_agree_on_type_and_offsets_whatever_their_confidences():
+    doc, plain = ner("1", ("组织机构", 0, 6), ("地理位置", 14, 17))
+    sure = Result("1", [[Span(s.type, s.span, s.offset, confidence=0.99)] for [s] in plain.tuples])
+    unsure = Result("1", [[Span(s.type, s.span, s.offset, confidence=0.51)] for [s] in plain.tuples])
+    for b in (sure, unsure):
+        result = agreement([(doc, plain)], [(doc, b)])
+        assert result.documents[0].disagreements == [] and result.overall.exact == 2
+    gold = gold_output(agreement([(doc, sure)], [(doc, unsure)]).documents[0].agreed, doc)
+    assert all("confidence" not in e for t in gold for e in t)          # gold never carries a confidence
+
+
 def test_precision_and_recall_of_b_against_a_exact_and_overlap():
     a = [ner("1", ("组织机构", 0, 6), ("地理位置", 14, 17), ("地理位置", 17, 21))]
     # B: the organisation one character short (overlap only), the first place exact, an extra place

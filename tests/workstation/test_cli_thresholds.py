@@ -1,7 +1,8 @@
 """`launcher.py extract --thresholds saved|FILE`: opt-in, applied to the output, recorded with the run.
 
-RexUniNLU's pipeline gives no confidences yet, so the UI tests' fake model stands in: it labels a
-`[CLASSIFY]` text with the schema's first type at confidence 0.75."""
+The UI tests' fake model stands in, for its one known confidence: it labels a `[CLASSIFY]` text with
+the schema's first type at confidence 0.75. RexUniNLU's own span confidences through `--thresholds saved`:
+tests/workstation/test_rexuninlu_thresholds.py."""
 import json
 
 import pytest
