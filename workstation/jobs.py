@@ -17,6 +17,10 @@ model it borrows (engine.run, under the model's lock), and a page's run in betwe
 optimizations in the UI while a job runs changes the page's next run, never the job's slices. A page that
 asks for another model, weights or dtype on the job's device makes the shelf unload the job's model after
 the slice in hand, and the job's next slice loads its own again: the two take turns, never two copies.
+
+A job's documents are checked when it is queued (the Batch page and the API queue nothing from a bad
+upload) and, like every run's, by engine.run as each slice runs: a queued job may run after a restart, under
+another version of its model plugin.
 """
 from __future__ import annotations
 
