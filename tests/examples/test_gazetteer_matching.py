@@ -140,7 +140,7 @@ def test_emails_urls_and_ipv4_addresses(gazetteer):
 # ---- schemas, options, dictionaries ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("schema, message", [
-    (None, "no schema"), ({}, "non-empty JSON object"), (["date"], "non-empty JSON object"),
+    (None, "no schema"), ({}, "non-empty JSON object"), (["date"], "gives a list of labels as its \"schema\""),
     ({"date": {"x": None}}, "nested value"), ({"": None}, "is not a name"),
 ])
 def test_schemas_the_gazetteer_cannot_read_are_refused_with_their_line(schema, message):
