@@ -202,7 +202,7 @@ def app(tmp_path, gazetteer_plugin, settings_file, monkeypatch):
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from workstation.monitor import FakeMonitor
+    from tests.fake_monitor import FakeMonitor
     from workstation.ui import state
     monkeypatch.setattr(state, "monitor_factory", lambda: FakeMonitor.steady(gpus=0, pid=os.getpid()))
     st.cache_resource.clear()
@@ -264,7 +264,7 @@ def test_the_api_serves_it_as_a_model_with_no_demo_weights(tmp_path, gazetteer_p
     from fastapi.testclient import TestClient
 
     from workstation.api.app import create_app
-    from workstation.monitor import FakeMonitor
+    from tests.fake_monitor import FakeMonitor
     from workstation.settings import ApiSettings, ModelSettings, Settings
     s = Settings(database=str(tmp_path / "runs.db"), demo_weights_dir=str(tmp_path / "demo"),
                  optimizations=["sparse-mask"])
