@@ -263,8 +263,8 @@ def test_a_batch_job_runs_it_and_records_a_batch_run(app):
 def test_the_api_serves_it_as_a_model_with_no_demo_weights(tmp_path, gazetteer_plugin):
     from fastapi.testclient import TestClient
 
-    from workstation.api.app import create_app
     from tests.fake_monitor import FakeMonitor
+    from workstation.api.app import create_app
     from workstation.settings import ApiSettings, ModelSettings, Settings
     s = Settings(database=str(tmp_path / "runs.db"), demo_weights_dir=str(tmp_path / "demo"),
                  optimizations=["sparse-mask"])
