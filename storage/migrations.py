@@ -240,14 +240,12 @@ CREATE INDEX IF NOT EXISTS ix_training_runs_created_at ON training_runs (created
 _INTEGER_KEY = re.compile(r"\bid\s+INTEGER\s+PRIMARY\s+KEY\b", re.IGNORECASE)
 
 
-@migration
-def m004_never_reused_run_ids(conn: Connection) -> None:
-    (definition,) = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").one()
-    if "AUTOINCREMENT" in definition.upper():
-        return
-    rebuilt = _INTEGER_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", definition, count=1)
+def _rebuild_runs(conn: Connection, definition: str, rebuilt: str, must_hold: str) -> None:
+    """Replace the runs table by one made from `rebuilt` (its edited CREATE statement), rows, indexes and
+    triggers kept: SQLite cannot alter a column's key or a CHECK in place. `must_hold` is the text the edit
+    put in; without it the old definition was not understood and nothing is changed."""
     rebuilt = re.sub(r"^CREATE TABLE\s+(\"?runs\"?)", "CREATE TABLE runs_rebuilt", rebuilt, count=1)
-    if "AUTOINCREMENT" not in rebuilt or "runs_rebuilt" not in rebuilt:
+    if must_hold not in rebuilt or "runs_rebuilt" not in rebuilt:
         raise RuntimeError(f"cannot read the runs table's definition to rebuild it: {definition!r}")
     extras = [r[0] for r in conn.exec_driver_sql(
         "SELECT sql FROM sqlite_master WHERE tbl_name = 'runs' AND type IN ('index', 'trigger') AND sql IS NOT NULL")]
@@ -258,6 +256,15 @@ def m004_never_reused_run_ids(conn: Connection) -> None:
     conn.exec_driver_sql("ALTER TABLE runs_rebuilt RENAME TO runs")
     for statement in extras:
         conn.exec_driver_sql(statement)
+
+
+@migration
+def m004_never_reused_run_ids(conn: Connection) -> None:
+    (definition,) = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").one()
+    if "AUTOINCREMENT" in definition.upper():
+        return
+    rebuilt = _INTEGER_KEY.sub("id INTEGER PRIMARY KEY AUTOINCREMENT", definition, count=1)
+    _rebuild_runs(conn, definition, rebuilt, "AUTOINCREMENT")
 
 
 # Runs are written in short transactions (the header, documents in chunks, then finished_at), so that one
@@ -329,19 +336,8 @@ def m009_api_source(conn: Connection) -> None:
     (definition,) = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'runs'").one()
     if "'api'" in definition:
         return
-    rebuilt = _SOURCE_CHECK.sub("CHECK (source IN ('ui', 'batch', 'cli', 'api'))", definition, count=1)
-    rebuilt = re.sub(r"^CREATE TABLE\s+(\"?runs\"?)", "CREATE TABLE runs_rebuilt", rebuilt, count=1)
-    if "'api'" not in rebuilt or "runs_rebuilt" not in rebuilt:
-        raise RuntimeError(f"cannot read the runs table's definition to rebuild it: {definition!r}")
-    extras = [r[0] for r in conn.exec_driver_sql(
-        "SELECT sql FROM sqlite_master WHERE tbl_name = 'runs' AND type IN ('index', 'trigger') AND sql IS NOT NULL")]
-    columns = ", ".join(f'"{r[1]}"' for r in conn.exec_driver_sql("PRAGMA table_info(runs)"))
-    conn.exec_driver_sql(rebuilt)
-    conn.exec_driver_sql(f"INSERT INTO runs_rebuilt ({columns}) SELECT {columns} FROM runs")
-    conn.exec_driver_sql("DROP TABLE runs")
-    conn.exec_driver_sql("ALTER TABLE runs_rebuilt RENAME TO runs")
-    for statement in extras:
-        conn.exec_driver_sql(statement)
+    _rebuild_runs(conn, definition, _SOURCE_CHECK.sub("CHECK (source IN ('ui', 'batch', 'cli', 'api'))", definition,
+                                                       count=1), "'api'")
 
 
 @migration
