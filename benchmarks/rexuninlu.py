@@ -178,7 +178,7 @@ def rex_e2e(args) -> dict:
             engine.run(model, docs[:64], batch, keep_results=False)      # warm-up: kernels, graph capture
             sink: list[str] = []
             report = engine.run(model, docs, batch, keep_results=False,
-                                on_result=lambda _, r: sink.append(json.dumps(r.to_json(), ensure_ascii=False)))
+                                on_result=lambda _, r: sink.append(r.to_json_text()))
             outputs = [json.loads(line)["output"] for line in sink]
             if baseline is None:
                 baseline = (outputs, report.wall_seconds)

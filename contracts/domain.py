@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
+
 
 class InputError(ValueError):
     """Bad user input (schema, text, file). The message says what and where."""
@@ -82,8 +84,10 @@ class Result:
 
     def without_empty_spans(self) -> "Result":
         """Project decision: a tuple that holds an empty span is no extraction, so it is dropped whole."""
-        kept = [t for t in self.tuples if not any(s.empty for s in t)]
-        return self if len(kept) == len(self.tuples) else replace(self, tuples=kept)
+        # One flat pass first: a document can hold thousands of spans and nearly always none is empty.
+        if not any([s.empty for t in self.tuples for s in t]):
+            return self
+        return replace(self, tuples=[t for t in self.tuples if not any(s.empty for s in t)])
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.document_id,
@@ -95,6 +99,11 @@ class Result:
         if self.coverage is not None:
             out["coverage"] = [list(r) for r in self.coverage]
         return out
+
+    def to_json_text(self) -> str:
+        """`to_json()` as compact JSON text on one line, not ASCII-escaped: what the CLI and the API write as
+        JSON Lines and corpus runs store. orjson, because on dense outputs json.dumps cost more than decoding."""
+        return orjson.dumps(self.to_json()).decode()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Result":

@@ -202,7 +202,7 @@ def extract(args) -> int:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             def write(document, result) -> None:
-                out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+                out.write(result.to_json_text() + "\n")
                 reading.add(document, result)
                 if history:
                     history.add(document, result)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from contracts.domain import Span
 from plugins.rexuninlu.prompting import Hint
 
 INFOKEY = "[INFOKEY]"
@@ -99,35 +100,33 @@ def _weakest_link(probs: dict, head: int, tail: int, t_tok: int) -> float:
     return round(min(probs[head, tail], probs[head, t_tok], probs[t_tok, tail]), 4)
 
 
-def _typed_matches(window: Window, links: Links):
-    """(prefix, type, (a, b), confidence) of each typed span, from device-paired hits when there are
-    any. The confidence is None when the links came without probabilities."""
+def _typed_matches(window: Window, links: Links) -> list[tuple[tuple, int, int, float | None]]:
+    """((prefix, type), a, b, confidence) of each typed span, from device-paired hits when there are any.
+    The confidence is None when the links came without probabilities."""
     if links.typed is None:
         spans, heads, tails = _link_maps(window, links)
         probs = None if links.link_probs is None else dict(zip(zip(links.rows, links.cols), links.link_probs))
         token_of = {key: tok for tok, key in type_tokens(window).items()}
-        for head, tail, prefix, t, ab in _matches(window, spans, heads, tails):
-            yield prefix, t, ab, None if probs is None else _weakest_link(probs, head, tail, token_of[(prefix, t)])
-        return
-    token_type = type_tokens(window)
+        return [((prefix, t), a, b, None if probs is None else _weakest_link(probs, head, tail, token_of[(prefix, t)]))
+                for head, tail, prefix, t, (a, b) in _matches(window, spans, heads, tails)]
+    # The hot loop of dense outputs (hundreds of spans per document): one pass, no per-span calls but
+    # for a head on a space, which _char_span resolves exactly as the reference does.
+    token_type, offsets, text = type_tokens(window), window.offsets, window.text
+    n, out = len(text), []
     for head, tail, tok, conf in links.typed:
         key = token_type.get(tok)
         if key is None:                              # a [TYPE] token no type registered (never linked)
             continue
-        ab = _char_span(window, head, tail)
-        if ab is not None:
-            yield key[0], key[1], ab, conf
-
-
-def _element(type_name: str, span: str, ab, confidence: float | None) -> dict:
-    out = {"type": type_name, "span": span, "offset": list(ab)}
-    if confidence is not None:
-        out["confidence"] = confidence
+        a = offsets[head][0]
+        if a < n and text[a] != " ":
+            out.append((key, a, offsets[tail][1], conf))
+        elif (ab := _char_span(window, head, tail)) is not None:
+            out.append((key, *ab, conf))
     return out
 
 
 def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next_map: dict,
-                 confidences: dict | None = None) -> list[list[dict]]:
+                 confidences: dict | None = None) -> list[list[Span]]:
     """Extraction windows: typed spans as output tuples; spans with a sub-schema go to next_map.
 
     `confidences` (kept by the caller across schema levels): path -> confidence of the path's last
@@ -136,18 +135,26 @@ def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next
     next level once, so it carries the highest of their confidences.
     """
     confidences = {} if confidences is None else confidences
-    out = []
-    for prefix, t, (a, b), conf in _typed_matches(window, links):
-        span = window.text[a:b]
-        if level_map[prefix][t]:
+    text, out = window.text, []
+    # What is the same for every span of one (prefix, type): its prefix elements and whether the full
+    # type path is one the schema asks for. A prefix's confidence is from an earlier level, so it is fixed here.
+    per_key: dict[tuple, tuple[list[Span], bool]] = {}
+    for key, a, b, conf in _typed_matches(window, links):
+        prefix, t = key
+        span = text[a:b]
+        sub = level_map[prefix][t]
+        if sub:
             path = prefix + ((t, span, (a, b)),)
-            next_map[path] = level_map[prefix][t]
+            next_map[path] = sub
             if conf is not None:
                 confidences[path] = max(conf, confidences.get(path, conf))
-        info = [_element(e[0].strip(), e[1], e[2], confidences.get(prefix[:i + 1])) for i, e in enumerate(prefix)]
-        info.append(_element(t, span, (a, b), conf))
-        if tuple(i["type"] for i in info) in legal:
-            out.append(info)
+        shared = per_key.get(key)
+        if shared is None:
+            head = [Span(e[0].strip(), e[1], tuple(e[2]), confidences.get(prefix[:i + 1]))
+                    for i, e in enumerate(prefix)]
+            shared = per_key[key] = (head, tuple(s.type for s in head) + (t,) in legal)
+        if shared[1]:
+            out.append([*shared[0], Span(t, span, (a, b), conf)])
     return out
 
 
@@ -201,6 +208,13 @@ def path_info(key: str, confidences: list[float], cls_token: str) -> list[dict[s
 def multi_of_hint(found: dict[str, list], cls_token: str) -> list[list[dict]]:
     """Multi-label: every key's first occurrence."""
     return [path_info(key, [i["confidence"] for i in occ[0]], cls_token) for key, occ in found.items()]
+
+
+def label_spans(preds: list[list[dict]]) -> list[list[Span]]:
+    """Classification results (the reference's dicts) as output tuples. A label's confidence can be a mean
+    over windows (best_of_hint), so it is rounded here like every span's."""
+    return [[Span(e["type"], e["span"], tuple(e["offset"]), None if e.get("confidence") is None
+                  else round(e["confidence"], 4)) for e in info] for info in preds]
 
 
 def final_selection(preds: list[list[dict]], kind: str) -> list[list[dict]]:

@@ -20,6 +20,7 @@ from plugins.rexuninlu.decoding import (
     decode_classes,
     decode_spans,
     final_selection,
+    label_spans,
     multi_of_hint,
     path_info,
 )
@@ -29,21 +30,22 @@ from plugins.rexuninlu.scoring import WindowScorer
 # Windows one document hands over per step: bounds memory for very long texts.
 WINDOWS_PER_STEP = 64
 
-DocumentRun = Generator[list[Window], list[Links], list[list[dict]]]
+DocumentRun = Generator[list[Window], list[Links], list[list[Span]]]
 
 
 def document_run(p: Prompter, text: str, schema: dict) -> DocumentRun:
-    """The reference's prediction_step for one document, model calls turned into yields."""
+    """The reference's prediction_step for one document, model calls turned into yields; returns its tuples."""
     if not text:
         # Only the empty text gives no text window in the reference; whitespace-only texts still
         # run, and can yield empty spans at the final [SEP] (offset [k, 0]) exactly as it does.
         return []
     legal, kind = legal_paths(schema), task_kind(text)
-    preds: list[list[dict]] = []
+    preds: list = []                 # Spans (extraction), or the reference's dicts (classification)
     yield from prompt_loop(p, text, schema, preds, legal, kind, blank=False)
     if not preds and kind != "no_cls":
         yield from prompt_loop(p, text, schema, preds, legal, kind, blank=True)
-    return final_selection(preds, kind)
+    # Extraction decodes straight to Spans; classification keeps the reference's dicts until its selection.
+    return preds if kind == "no_cls" else label_spans(final_selection(preds, kind))
 
 
 def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, kind: str, blank: bool):
@@ -167,13 +169,6 @@ def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document
                 k += n
 
 
-def to_result(doc: Document, preds: list[list[dict]]) -> Result:
+def to_result(doc: Document, tuples: list[list[Span]]) -> Result:
     # Windows cover every token of the text (prompting.encode), so RexUniNLU reads all of it.
-    return Result(doc.id, [[to_span(e) for e in info] for info in preds],
-                  coverage=[(0, len(doc.text))] if doc.text else [])
-
-
-def to_span(element: dict) -> Span:
-    # A label's confidence can be a mean over windows (decoding.best_of_hint), so it is rounded here too.
-    conf = element.get("confidence")
-    return Span(element["type"], element["span"], tuple(element["offset"]), None if conf is None else round(conf, 4))
+    return Result(doc.id, tuples, coverage=[(0, len(doc.text))] if doc.text else [])

@@ -15,14 +15,15 @@ def token_at(window, char):
 
 
 def drive(prompter, text, schema, decide):
-    """Run one document; decide(window) -> (positive (row, col) pairs, probs or None[, {pair: probability}])."""
+    """Run one document; decide(window) -> (positive (row, col) pairs, probs or None[, {pair: probability}]).
+    Returns its tuples as JSON (the reference's dicts)."""
     run = document_run(prompter, text, schema)
     try:
         windows = run.send(None)
         while True:
             windows = run.send([links_of(*decided) for decided in map(decide, windows)])
     except StopIteration as stop:
-        return stop.value
+        return [[span.to_json() for span in info] for info in stop.value]
 
 
 def links_of(pairs, probs, link_probs=None):

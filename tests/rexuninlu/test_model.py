@@ -320,7 +320,7 @@ def test_spans_paired_on_the_device_decode_like_every_link_paired_on_the_host(re
         mine = [(r, c, t, round(conf, 4)) for (ww, r, c, t), conf in zip(hits, confidence.tolist()) if ww == k]
         device = decode_spans(w, Links([], [], None, mine), level, legal, {})
         assert device == host
-        assert all(0.5 < e["confidence"] <= 1 for info in host for e in info)
+        assert all(0.5 < e.confidence <= 1 for info in host for e in info)
         checked += len(host)
     assert checked > 20
 

@@ -95,7 +95,7 @@ class ExtractionWorker:
             where.append(i)
         for i, (result, error) in zip(where, self.extract(documents)):
             out[i] = _result_row(rows[i], error=error) if error else _result_row(
-                rows[i], output=json.dumps(result.to_json(), ensure_ascii=False), warnings=result.warnings)
+                rows[i], output=result.to_json_text(), warnings=result.warnings)
         if self.report is not None:
             self.report("batch", self.name, self.model.device, sum(1 for r in rows if r["line"] != EMPTY),
                         sum(1 for r in out if r["error"] is not None), time.perf_counter() - started)
