@@ -5,10 +5,13 @@ flash-attn cannot take RexUniNLU's attention: the c2p/p2c bias is indexed by *pr
 causal. This kernel keeps FlashAttention's structure — tiles of Q against tiles of K/V with an
 online softmax, nothing [L, L] written to memory — and adds inside each tile:
 
-  c2p[i, j] = C[i, idx(i, j)],  C = Q·PKᵀ·s   ([L, 2S] per head, one GEMM before the kernel)
-  p2c[i, j] = P[j, idx(i, j)],  P = K·PQᵀ·s   (idx = clamp(pos_i − pos_j + S, 0, 2S − 1))
+  scores[i, j] = (Q_i·K_j + c2p[i, j] + p2c[i, j])·s,   idx = clamp(pos_i − pos_j + S, 0, 2S − 1)
+  c2p[i, j] = C[i, idx(i, j)],  C = Q·PKᵀ   ([L, 2S] per head, computed before the kernel)
+  p2c[i, j] = P[j, idx(i, j)],  P = K·PQᵀ
   allowed(i, j) from the per-token group/type/segment codes (scoring.isolation_mask's rule)
 
+C and P are [B, H, L, 2S] with any batch/head/row strides (each its own), rows of 2S contiguous:
+modeling.relative_tables computes each as one [H, B·L, 2S] GEMM and hands over its permuted view.
 The gathers read rows of C and P that stay in L2 while a head is processed. Rows with no allowed
 key (padding) give zeros, as XSoftmax does.
 """
@@ -26,7 +29,8 @@ except ImportError:                  # CPU-only installs: the kernel is simply n
 if triton is not None:
     @triton.jit
     def _disentangled_fwd(Q, K, V, C, P, POS, GRP, TYP, SEG, O,
-                          sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l, sp_b, so_b, so_h, so_l,
+                          sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l, sp_b, sp_h, sp_l, sm_b,
+                          so_b, so_h, so_l,
                           H, scale, L: tl.constexpr,
                           SPAN: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                           PRECISION: tl.constexpr):
@@ -36,11 +40,12 @@ if triton is not None:
         dims = tl.arange(0, D)
         row_ok = rows < L
         q = tl.load(Q + b * sq_b + h * sq_h + rows[:, None] * sq_l + dims[None, :], mask=row_ok[:, None], other=0.0)
-        pos_q = tl.load(POS + b * sp_b + rows, mask=row_ok, other=0)
-        grp_q = tl.load(GRP + b * sp_b + rows, mask=row_ok, other=-2)
-        typ_q = tl.load(TYP + b * sp_b + rows, mask=row_ok, other=0)
-        seg_q = tl.load(SEG + b * sp_b + rows, mask=row_ok, other=-1)
+        pos_q = tl.load(POS + b * sm_b + rows, mask=row_ok, other=0)
+        grp_q = tl.load(GRP + b * sm_b + rows, mask=row_ok, other=-2)
+        typ_q = tl.load(TYP + b * sm_b + rows, mask=row_ok, other=0)
+        seg_q = tl.load(SEG + b * sm_b + rows, mask=row_ok, other=-1)
         c_rows = C + b * sc_b + h * sc_h + rows[:, None] * sc_l
+        p_head = P + b * sp_b + h * sp_h
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
@@ -52,30 +57,30 @@ if triton is not None:
         for start in range(0, L, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_ok = cols < L
-            seg_k = tl.load(SEG + b * sp_b + cols, mask=col_ok, other=-1)
+            seg_k = tl.load(SEG + b * sm_b + cols, mask=col_ok, other=-1)
             if (tl.max(seg_k) >= seg_lo) & (tl.min(tl.where(seg_k >= 0, seg_k, 2147483647)) <= seg_hi):
-                m_i, l_i, acc = _tile(Q, K, V, P, POS, GRP, TYP, q, c_rows, pos_q, grp_q, typ_q, seg_q, seg_k,
-                                      rows, row_ok, cols, col_ok, dims, b, h, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l,
-                                      sp_b, scale, m_i, l_i, acc, SPAN, PRECISION)
+                m_i, l_i, acc = _tile(K, V, POS, GRP, TYP, q, c_rows, p_head, pos_q, grp_q, typ_q, seg_q, seg_k,
+                                      rows, row_ok, cols, col_ok, dims, b, h, sk_b, sk_h, sk_l, sp_l, sm_b,
+                                      scale, m_i, l_i, acc, SPAN, PRECISION)
         out = acc / tl.where(l_i == 0, 1.0, l_i)[:, None]
         tl.store(O + b * so_b + h * so_h + rows[:, None] * so_l + dims[None, :], out.to(O.dtype.element_ty),
                  mask=row_ok[:, None])
 
     @triton.jit
-    def _tile(Q, K, V, P, POS, GRP, TYP, q, c_rows, pos_q, grp_q, typ_q, seg_q, seg_k, rows, row_ok, cols, col_ok,
-              dims, b, h, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l, sp_b, scale, m_i, l_i, acc,
+    def _tile(K, V, POS, GRP, TYP, q, c_rows, p_head, pos_q, grp_q, typ_q, seg_q, seg_k, rows, row_ok, cols,
+              col_ok, dims, b, h, sk_b, sk_h, sk_l, sp_l, sm_b, scale, m_i, l_i, acc,
               SPAN: tl.constexpr, PRECISION: tl.constexpr):
         """One key tile of the online softmax: scores with the c2p/p2c bias, the isolation mask, update."""
         kv = b * sk_b + h * sk_h + cols[:, None] * sk_l + dims[None, :]
         k = tl.load(K + kv, mask=col_ok[:, None], other=0.0)
         v = tl.load(V + kv, mask=col_ok[:, None], other=0.0)
-        pos_k = tl.load(POS + b * sp_b + cols, mask=col_ok, other=0)
-        grp_k = tl.load(GRP + b * sp_b + cols, mask=col_ok, other=-2)
-        typ_k = tl.load(TYP + b * sp_b + cols, mask=col_ok, other=0)
+        pos_k = tl.load(POS + b * sm_b + cols, mask=col_ok, other=0)
+        grp_k = tl.load(GRP + b * sm_b + cols, mask=col_ok, other=-2)
+        typ_k = tl.load(TYP + b * sm_b + cols, mask=col_ok, other=0)
         idx = tl.minimum(tl.maximum(pos_q[:, None] - pos_k[None, :] + SPAN, 0), 2 * SPAN - 1)
         both = row_ok[:, None] & col_ok[None, :]
         c2p = tl.load(c_rows + idx, mask=both, other=0.0).to(tl.float32)
-        p2c = tl.load(P + b * sc_b + h * sc_h + cols[None, :] * sc_l + idx, mask=both, other=0.0).to(tl.float32)
+        p2c = tl.load(p_head + cols[None, :] * sp_l + idx, mask=both, other=0.0).to(tl.float32)
         s = (tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) + c2p + p2c) * scale
         glob_q, glob_k = grp_q[:, None] == -1, grp_k[None, :] == -1
         same = (grp_q[:, None] == grp_k[None, :]) & (
@@ -95,21 +100,26 @@ def available() -> bool:
     return triton is not None
 
 
+def rows_contiguous(table):
+    """The kernel gathers within a table's rows, so only the last dim must be contiguous."""
+    return table if table.stride(-1) == 1 else table.contiguous()
+
+
 def disentangled_attention(q, k, v, c2p_table, p2c_table, positions, groups, types, segments, scale: float,
                            block_m: int = 64, block_n: int = 32, num_warps: int = 4):
-    """q,k,v [B,H,L,d] (any strides, last dim contiguous); tables [B,H,L,2S] (unscaled);
+    """q,k,v [B,H,L,d] and tables [B,H,L,2S] (unscaled), any strides with the last dim contiguous;
     positions/groups/types/segments [B,L] -> context [B,H,L,d], stored [B,L,H,d] underneath so the
     caller's merge of heads is free."""
     B, H, L, D = q.shape
     span = c2p_table.shape[-1] // 2
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and k.stride() == v.stride()
-    c, p = c2p_table.contiguous(), p2c_table.contiguous()
+    c, p = rows_contiguous(c2p_table), rows_contiguous(p2c_table)
     meta = [t.to(torch.int32).contiguous() for t in (positions, groups, types, segments)]
     out = torch.empty(B, L, H, D, dtype=q.dtype, device=q.device).transpose(1, 2)
     grid = (triton.cdiv(L, block_m), B * H)
     _disentangled_fwd[grid](q, k, v, c, p, *meta, out,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                            c.stride(0), c.stride(1), c.stride(2),
+                            c.stride(0), c.stride(1), c.stride(2), p.stride(0), p.stride(1), p.stride(2),
                             meta[0].stride(0), out.stride(0), out.stride(1), out.stride(2),
                             H, scale, L=L, SPAN=span, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
                             PRECISION="ieee" if q.dtype == torch.float32 else "tf32",   # fp32 stays real fp32

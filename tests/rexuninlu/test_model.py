@@ -388,3 +388,21 @@ def test_an_out_of_memory_batch_is_halved_and_the_run_report_says_so(rex_model, 
     assert report.backoffs and {b["rows"] for b in report.backoffs} <= {1, 2, 3, 4}
     assert all(b["at_seconds"] >= 0 for b in report.backoffs)
     assert set(report.stages) >= {"prepare", "device", "decode", "write"}
+
+
+def test_relative_tables_of_the_triton_path_equal_the_per_head_matmul():
+    # relative_tables batches the GEMM over heads, not [B,H], so it sums in another order: close, not equal.
+    from plugins.rexuninlu.modeling import relative_tables
+    torch.manual_seed(0)
+    B, L, H, d, S = 3, 20, 4, 8, 16
+    qx, kx = torch.randn(B, L, H * d), torch.randn(B, L, H * d)
+    pq, pk = torch.randn(2 * S, H * d), torch.randn(2 * S, H * d)
+
+    def split(x):
+        return x.view(*x.shape[:-1], H, d).transpose(-3, -2)
+
+    c2p, p2c = relative_tables(qx, kx, pq, pk, H)
+    torch.testing.assert_close(c2p, split(qx) @ split(pk).transpose(-1, -2))
+    torch.testing.assert_close(p2c, split(kx) @ split(pq).transpose(-1, -2))
+    # Views of [H, B·L, 2S]: heads outermost, rows of 2S contiguous (what the kernel reads in place).
+    assert c2p.shape == (B, H, L, 2 * S) and c2p.stride() == (L * 2 * S, B * L * 2 * S, 2 * S, 1)

@@ -54,3 +54,45 @@ def test_key_tiles_of_other_windows_and_padding_are_skipped_without_changing_the
     real = (segments >= 0)[:, None, :, None].expand_as(eager)
     assert torch.allclose(fused[real], eager[real], atol=1e-4)
     assert fused[~real].abs().max() == 0
+
+
+def test_tables_with_any_batch_head_row_strides_give_exactly_what_contiguous_ones_give():
+    # modeling.relative_tables hands over permuted views of [H, B·L, 2S] GEMM outputs; the kernel must
+    # read them in place, each table by its own strides, and a table whose rows are not contiguous is copied.
+    torch.manual_seed(2)
+    B, H, L, D, S = 2, 3, 40, 16, 32
+    positions = torch.arange(L).repeat(B, 1) % 17
+    groups, types, segments = torch.full((B, L), -1), torch.zeros(B, L, dtype=torch.long), torch.zeros(B, L).long()
+    q, k, v = (torch.randn(B, H, L, D) for _ in range(3))
+    c2p = torch.randn(H, B, L, 2 * S).transpose(0, 1)                     # relative_tables' layout
+    p2c = torch.randn(B, L, H, 2 * S).transpose(1, 2)                     # other strides than c2p's
+    scale = 1 / (3 * D) ** 0.5
+
+    def run(c, p):
+        return triton_attention.disentangled_attention(q, k, v, c, p, positions, groups, types, segments, scale,
+                                                       block_m=16, block_n=16)
+
+    reference = run(c2p.contiguous(), p2c.contiguous())
+    assert torch.equal(run(c2p, p2c), reference)
+    columns_first = c2p.transpose(-1, -2).contiguous().transpose(-1, -2)  # rows strided: the copied fallback
+    assert torch.equal(run(columns_first, p2c), reference)
+
+
+def test_network_on_the_triton_path_matches_eager(rex_model):
+    # The whole encoder: relative_tables' strided tables through the kernel, every layer.
+    from plugins.rexuninlu.pipeline import document_run
+    docs = [("北大西洋议会春季会议在巴塞罗那闭幕", {"人物": None, "地点": None}),
+            ("中央电视台由张三创办", {"组织机构": {"创始人(人物)": None, "简称": None}})]
+    windows = [document_run(rex_model.prompter, t, s).send(None)[0] for t, s in docs]
+    p = rex_model.scorer.pack([[windows[0], windows[1]], [windows[1]]])    # a packed row and a padded one
+    net = rex_model.network
+    try:
+        with torch.no_grad():
+            net.attention_backend = "triton"
+            fused = net(p.ids, p.positions, None, p.valid, p.segments, (p.groups, p.types, p.segments))
+            net.attention_backend = "eager"
+            eager = net(p.ids, p.positions, isolation_mask(p), p.valid, p.segments)
+    finally:
+        net.attention_backend = "eager"
+    pairs = p.valid[:, :, None] & p.valid[:, None, :]
+    torch.testing.assert_close(fused[pairs], eager[pairs], atol=1e-4, rtol=1e-5)
