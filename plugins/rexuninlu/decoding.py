@@ -154,7 +154,7 @@ def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next
                     for i, e in enumerate(prefix)]
             shared = per_key[key] = (head, tuple(s.type for s in head) + (t,) in legal)
         if shared[1]:
-            out.append([*shared[0], Span(t, span, (a, b), conf)])
+            out.append([*shared[0], Span.located(t, span, (a, b), conf)])
     return out
 
 
