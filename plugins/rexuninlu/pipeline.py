@@ -6,9 +6,9 @@ the WindowScorer (scoring.py), which batches them.
 """
 from __future__ import annotations
 
-from collections import defaultdict, deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable, Generator, Iterator, Sequence
 
 from contracts.domain import Document, Result, Span
@@ -100,51 +100,30 @@ def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Documen
                   on_progress: Callable[[int], None] | None = None, clock: StageClock = IDLE) -> Iterator[Result]:
     """Yield every document's Result in input order.
 
-    Documents go in groups through three threads, so that neither the device nor this thread waits for
-    the other: a prefetch thread prepares groups (tokenising their texts in one call, building their first
-    windows); a device thread scores each prepared group's windows (packing, forward passes, reading the
-    links back); this thread decodes a group's links and hands its results on while the device already
-    scores the next groups. A group whose schema has more levels goes back to the device thread for each.
+    Documents go in groups: while the device scores one group, a prefetch thread prepares the next
+    (tokenising its texts in one call, building its first windows), so the device does not wait for
+    the host between groups.
     """
     size = max(4 * batch_size, 64)
     groups = [documents[i:i + size] for i in range(0, len(documents), size)]
     finished = 0
-    with ThreadPoolExecutor(1, thread_name_prefix="rexuninlu-prefetch") as prep, \
-            ThreadPoolExecutor(1, thread_name_prefix="rexuninlu-device") as device:
-        def scored(group: Callable[[], Group]) -> Future[Group]:
-            return device.submit(lambda: group().score_round(scorer, batch_size))
-
-        ahead = deque(scored(prep.submit(start_group, p, docs, clock).result) for docs in groups[:GROUPS_AHEAD])
-        for k in range(len(groups)):
-            if k + GROUPS_AHEAD < len(groups):
-                ahead.append(scored(prep.submit(start_group, p, groups[k + GROUPS_AHEAD], clock).result))
-            g = ahead.popleft().result()
-            while True:
-                g.decode_round(clock)
-                for result in g.finished_in_order():
-                    finished += 1
-                    yield result
-                    if on_progress:
-                        on_progress(finished)
-                if not g.waiting:
-                    break
-                g = scored(lambda g=g: g).result()              # the schema's next level
-            p.forget([doc.text for doc in g.documents])
-
-
-# Groups prepared and queued for the device beyond the one being decoded: enough to keep the device busy
-# while this thread decodes, few enough to bound the windows held.
-GROUPS_AHEAD = 2
+    with ThreadPoolExecutor(1, thread_name_prefix="rexuninlu-prefetch") as pool:
+        upcoming = pool.submit(start_group, p, groups[0], clock) if groups else None
+        for k, group in enumerate(groups):
+            started = upcoming.result()
+            upcoming = pool.submit(start_group, p, groups[k + 1], clock) if k + 1 < len(groups) else None
+            for result in finish_group(p, scorer, group, started, batch_size, clock):
+                finished += 1
+                yield result
+                if on_progress:
+                    on_progress(finished)
 
 
 @dataclass
 class Group:
-    documents: Sequence[Document]
-    runs: dict[int, DocumentRun] = field(default_factory=dict)
-    waiting: dict[int, list[Window]] = field(default_factory=dict)   # document -> windows to have scored
-    done: dict[int, list] = field(default_factory=dict)              # document -> its final tuples
-    links: list[list[Links]] = field(default_factory=list)           # per waiting document, once scored
-    next_out: int = 0
+    runs: dict[int, DocumentRun]
+    waiting: dict[int, list[Window]]        # document -> the windows it waits to have scored
+    done: dict[int, list]                   # document -> its final tuples
 
     def advance(self, i: int, sent) -> None:
         try:
@@ -154,39 +133,40 @@ class Group:
             self.runs.pop(i)
             self.waiting.pop(i, None)
 
-    def score_round(self, scorer: WindowScorer, batch_size: int) -> "Group":
-        """(device thread) Score the waiting windows of every document together: one round per schema level."""
-        flat = [w for windows in self.waiting.values() for w in windows]
-        links = scorer.score(flat, batch_size)
-        self.links, k = [], 0
-        for windows in self.waiting.values():
-            self.links.append(links[k:k + len(windows)])
-            k += len(windows)
-        return self
-
-    def decode_round(self, clock: StageClock) -> None:
-        """Step each waiting document's loop with its links. That counts as decoding (it also builds the
-        next level's windows; the clock cannot split that)."""
-        with clock.stage("decode"):
-            for i, links in zip(list(self.waiting), self.links):
-                self.advance(i, links)
-            self.links = []
-
-    def finished_in_order(self) -> Iterator[Result]:
-        while self.next_out in self.done:
-            yield to_result(self.documents[self.next_out], self.done.pop(self.next_out))
-            self.next_out += 1
-
 
 def start_group(p: Prompter, documents: Sequence[Document], clock: StageClock) -> Group:
-    """(prefetch thread) Tokenise the texts together and run each document up to its first windows."""
+    """Host preparation: tokenise the texts together and run each document up to its first windows."""
     with clock.stage("prepare"):
         p.prefetch([doc.text for doc in documents])
-        group = Group(documents)
+        group = Group({}, {}, {})
         for i, doc in enumerate(documents):
             group.runs[i] = document_run(p, doc.text, doc.schema)
             group.advance(i, None)
         return group
+
+
+def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document], g: Group, batch_size: int,
+                 clock: StageClock) -> Iterator[Result]:
+    """Score the waiting windows of every document together, round by round (one round per schema
+    level), and yield Results in order as documents finish. Stepping a document's loop with its
+    links counts as decoding (it also builds the next level's windows; the clock cannot split that)."""
+    next_out = 0
+    while True:
+        while next_out in g.done:
+            yield to_result(documents[next_out], g.done.pop(next_out))
+            next_out += 1
+        if not g.waiting:
+            p.forget([doc.text for doc in documents])
+            return
+        order = list(g.waiting)
+        flat = [w for i in order for w in g.waiting[i]]
+        links = scorer.score(flat, batch_size)
+        k = 0
+        with clock.stage("decode"):
+            for i in order:
+                n = len(g.waiting[i])
+                g.advance(i, links[k:k + n])
+                k += n
 
 
 def to_result(doc: Document, tuples: list[list[Span]]) -> Result:

@@ -117,12 +117,6 @@ class WindowScorer:
         """Links of every window. Batches are pipelined: batch i+1 is packed and queued on the device
         before batch i's links are read back, so the host's work overlaps the device's. A batch that
         runs out of GPU memory is halved and retried (never dropped), and the run report says so."""
-        # The pipeline calls this from its device thread, whose current CUDA device is not the model's by
-        # default: streams, events and graph pools made without a device follow the current one.
-        with torch.cuda.device(self.device) if self.device.type == "cuda" else nullcontext():
-            return self._score(windows, batch_size)
-
-    def _score(self, windows: Sequence[Window], batch_size: int) -> list[Links]:
         self.batch_rows = batch_size
         out: list[Links | None] = [None] * len(windows)
         todo = [[[windows[i] for i in row] for row in rows] + [rows]
