@@ -136,25 +136,24 @@ def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next
     """
     confidences = {} if confidences is None else confidences
     text, out = window.text, []
-    # What is the same for every span of one (prefix, type): its prefix elements and whether the full
-    # type path is one the schema asks for. A prefix's confidence is from an earlier level, so it is fixed here.
-    per_key: dict[tuple, tuple[list[Span], bool]] = {}
+    # What is the same for every span of one (prefix, type): its sub-schema, its prefix elements and whether
+    # the full type path is one the schema asks for. A prefix's confidence is from an earlier level: fixed here.
+    per_key: dict[tuple, tuple] = {}
     for key, a, b, conf in _typed_matches(window, links):
-        prefix, t = key
+        shared = per_key.get(key)
+        if shared is None:
+            prefix, t = key
+            head = [Span(e[0].strip(), e[1], tuple(e[2]), confidences.get(prefix[:i + 1])) for i, e in enumerate(prefix)]
+            shared = per_key[key] = (prefix, t, level_map[prefix][t], head, tuple(s.type for s in head) + (t,) in legal)
+        prefix, t, sub, head, wanted = shared
         span = text[a:b]
-        sub = level_map[prefix][t]
         if sub:
             path = prefix + ((t, span, (a, b)),)
             next_map[path] = sub
             if conf is not None:
                 confidences[path] = max(conf, confidences.get(path, conf))
-        shared = per_key.get(key)
-        if shared is None:
-            head = [Span(e[0].strip(), e[1], tuple(e[2]), confidences.get(prefix[:i + 1]))
-                    for i, e in enumerate(prefix)]
-            shared = per_key[key] = (head, tuple(s.type for s in head) + (t,) in legal)
-        if shared[1]:
-            out.append([*shared[0], Span.located(t, span, (a, b), conf)])
+        if wanted:
+            out.append([*head, Span.located(t, span, (a, b), conf)])
     return out
 
 
