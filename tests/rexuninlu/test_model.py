@@ -94,6 +94,15 @@ def test_results_follow_input_order_across_growing_groups(rex_model):
     assert [r.document_id for r in rex_model.extract(docs, batch_size=2)] == [d.id for d in docs]
 
 
+def test_windows_holding_layout_lists_pack_like_the_pipelines_arrays(rex_model):
+    from dataclasses import replace
+    windows = [w for t in ("张三在北京。", "北大西洋议会" * 100) for w in document_run(rex_model.prompter, t, NER).send(None)]
+    as_lists = [replace(w, positions=list(w.positions), groups=list(w.groups), types=list(w.types)) for w in windows]
+    a, b = (rex_model.scorer.pack([ws[:1], ws[1:]]) for ws in (windows, as_lists))
+    for field in ("ids", "positions", "groups", "types", "segments", "is_text", "is_type"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+
+
 def test_padding_does_not_change_logits_of_real_tokens(rex_model):
     short, long_ = mixed_documents(2)[0], Document("l", "北大西洋议会" * 50, NER)
     ws = [document_run(rex_model.prompter, d.text, d.schema).send(None)[0] for d in (short, long_)]
