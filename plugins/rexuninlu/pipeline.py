@@ -60,9 +60,9 @@ def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, k
             enc = p.encode(hint.text, text, kind)
             found: dict = defaultdict(list)
             windows: list[Window] = []
-            n_windows = len(enc["input_ids"])
+            n_windows = len(enc.ids)
             for j in range(n_windows):
-                ids, tt, offs = enc["input_ids"][j], enc["token_type_ids"][j], enc["offset_mapping"][j]
+                ids, offs = enc.ids[j], enc.offsets[j]
                 if kind != "no_cls" and j > 0:
                     # Reference quirk kept: each later classification window gets the cls token
                     # inserted before its text (dropping its last text token), and `text` itself is
@@ -73,8 +73,8 @@ def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, k
                     text = text[:st] + cls_token + text[st:]
                     offs = (offs[:s] + [(st + (j - 1) * w, st + j * w)]
                             + [(a + j * w, b + j * w) for a, b in offs[s:-2]] + [offs[-1]])
-                pos, grp, typ = p.layout(ids)
-                windows.append(Window(ids, pos, grp, typ, offs, tt.count(0), hint, text,
+                pos, grp, typ = p.window_layout(enc, ids)
+                windows.append(Window(ids, pos, grp, typ, offs, enc.n_hint, hint, text,
                                       need_probs=kind != "no_cls"))
                 if len(windows) == WINDOWS_PER_STEP or j == n_windows - 1:
                     links = yield windows
@@ -104,8 +104,7 @@ def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Documen
     (tokenising its texts in one call, building its first windows), so the device does not wait for
     the host between groups.
     """
-    size = max(4 * batch_size, 64)
-    groups = [documents[i:i + size] for i in range(0, len(documents), size)]
+    groups = document_groups(documents, batch_size)
     finished = 0
     with ThreadPoolExecutor(1, thread_name_prefix="rexuninlu-prefetch") as pool:
         upcoming = pool.submit(start_group, p, groups[0], clock) if groups else None
@@ -117,6 +116,18 @@ def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Documen
                 yield result
                 if on_progress:
                     on_progress(finished)
+
+
+def document_groups(documents: Sequence[Document], batch_size: int) -> list[Sequence[Document]]:
+    """Consecutive groups in input order. The first holds one batch's worth, so the device starts after
+    little preparation; each next one doubles, up to 4 batches (64 documents at least), so while a
+    group is scored the prefetch thread has time to prepare the next."""
+    full = max(4 * batch_size, 64)
+    size, at, groups = max(1, min(batch_size, full)), 0, []
+    while at < len(documents):
+        groups.append(documents[at:at + size])
+        at, size = at + size, min(2 * size, full)
+    return groups
 
 
 @dataclass

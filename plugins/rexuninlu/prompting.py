@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from contracts.domain import InputError
 
 PREFIX, TYPE, CLASSIFY, MULTICLASSIFY = "[PREFIX]", "[TYPE]", "[CLASSIFY]", "[MULTICLASSIFY]"
@@ -81,6 +83,32 @@ class Hint:
     type_chars: dict[tuple[PrefixTuple, str], int] = field(default_factory=dict)
 
 
+Layout = tuple[list[int], list[int], list[int]]          # positions, groups, types (Prompter.layout)
+# The same as int64 arrays: what a Window holds, read by WindowScorer.fill without a per-token loop.
+ArrayLayout = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Head:
+    """[CLS] hint [SEP] of one hint, and the layout its windows share when the hint holds no [SEP]: a
+    window of n tokens has the first n of `padded` (its text continues the positions as global tokens).
+    The arrays are read-only: windows hold views of them."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    padded: ArrayLayout | None
+
+
+@dataclass
+class Encoded:
+    """Every window of one text under one hint (Prompter.encode)."""
+
+    n_hint: int                                  # tokens before the text: [CLS] hint [SEP]
+    ids: list[list[int]]
+    offsets: list[list[tuple[int, int]]]
+    padded: ArrayLayout | None                   # the hint's padded layout, None where windows need `layout`
+
+
 class Prompter:
     """Tokenizer-bound prompt building. Token counts are cached: schemas repeat across documents."""
 
@@ -89,21 +117,37 @@ class Prompter:
         self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
         self.prefix_id, self.type_id, self.classify_id, self.multi_id = tokenizer.convert_tokens_to_ids(
             [PREFIX, TYPE, CLASSIFY, MULTICLASSIFY])
+        self._prompt_ids = frozenset((self.prefix_id, self.type_id))
         self.token_count = lru_cache(maxsize=65536)(self._token_count)
         self._pieces: dict[str, tuple] = {}
         self._long: dict[str, tuple] = {}
         # A fast tokenizer must not be called from two threads at once (its Rust state is borrowed
         # mutably per call); the prefetch thread and the main thread both tokenize.
         self._tok_lock = threading.Lock()
+        # A fast tokenizer's Rust backend, called directly: transformers' wrapping of each result in
+        # dicts and lists costs host time per document; None keeps the plain `tok(...)` call.
+        self._rust = tokenizer.backend_tokenizer if getattr(tokenizer, "is_fast", False) else None
         self.head_layout = lru_cache(maxsize=4096)(self._head_layout)
-        self.hint_pieces = lru_cache(maxsize=4096)(self._tokenize)     # hints repeat across documents
+        self.head = lru_cache(maxsize=4096)(self._head)                # hints repeat across documents
+        self.first_hints = lru_cache(maxsize=1024)(self._first_hints)
 
     def _token_count(self, s: str) -> int:
         with self._tok_lock:
             return len(self.tok(s)["input_ids"]) - 1          # tokens + 1 (the [PREFIX]/[TYPE] in front)
 
     def hints(self, level_map: dict[PrefixTuple, dict]) -> list[Hint]:
-        """Pack every (prefix, type) of one level into hints of at most 256 tokens (docs/models/rexuninlu.md §2.3)."""
+        """Pack every (prefix, type) of one level into hints of at most 256 tokens (docs/models/rexuninlu.md §2.3).
+
+        The first level's hints depend only on the schema's type names, which repeat across documents:
+        they are made once and shared (Hints are only read after this)."""
+        if len(level_map) == 1 and () in level_map:         # the first level: the empty prefix alone
+            return list(self.first_hints(tuple(level_map[()])))
+        return self._hints(level_map)
+
+    def _first_hints(self, types: tuple[str, ...]) -> list[Hint]:
+        return self._hints({(): dict.fromkeys(types)})
+
+    def _hints(self, level_map: dict[PrefixTuple, dict]) -> list[Hint]:
         hints: list[Hint] = []
         hint = Hint("")
         n = 2                                               # [CLS] + [SEP]
@@ -135,7 +179,7 @@ class Prompter:
 
     # ------------------------------------------------------------ windows
 
-    def encode(self, hint: str, text: str, kind: str) -> dict[str, list]:
+    def encode(self, hint: str, text: str, kind: str) -> Encoded:
         """[CLS] hint [SEP] text-window [SEP] for every window of `text` (docs/models/rexuninlu.md §2.4).
 
         Same windows as `tok(hint, text, truncation="only_second", max_length=512, stride=...,
@@ -143,9 +187,9 @@ class Prompter:
         512 - 3 - len(hint) tokens starting every (that - stride) tokens until the text is covered.
         Built by hand because tokenizers 0.23 returns only the first overflow window.
         """
-        h_ids, h_offs = self.hint_pieces(hint)
+        head = self.head(hint)
         t_ids, t_offs = self.pieces(text)
-        budget = MAX_LEN - 3 - len(h_ids)
+        budget = MAX_LEN - 1 - len(head.ids)
         step = budget - (STRIDE if kind == "no_cls" else 0)
         spans = []
         for start in range(0, max(len(t_ids), 1), step):
@@ -153,14 +197,28 @@ class Prompter:
             spans.append((start, stop))
             if stop == len(t_ids):
                 break
-        head_ids = [self.cls_id] + h_ids + [self.sep_id]
-        head_offs = [(0, 0)] + h_offs + [(0, 0)]
-        out: dict[str, list] = {"input_ids": [], "token_type_ids": [], "offset_mapping": []}
-        for start, stop in spans:
-            out["input_ids"].append(head_ids + t_ids[start:stop] + [self.sep_id])
-            out["token_type_ids"].append([0] * len(head_ids) + [1] * (stop - start + 1))
-            out["offset_mapping"].append(head_offs + t_offs[start:stop] + [(0, 0)])
-        return out
+        plain = head.padded is not None and self._prompt_ids.isdisjoint(t_ids)
+        return Encoded(len(head.ids), [[*head.ids, *t_ids[a:b], self.sep_id] for a, b in spans],
+                       [[*head.offsets, *t_offs[a:b], (0, 0)] for a, b in spans], head.padded if plain else None)
+
+    def _head(self, hint: str) -> Head:
+        h_ids, h_offs = self._tokenize(hint)
+        ids = [self.cls_id, *h_ids, self.sep_id]
+        n_head = ids.index(self.sep_id)
+        if ids[1:2] != [self.prefix_id] or not self._prompt_ids.isdisjoint(ids[n_head:]):
+            return Head(ids, [(0, 0), *h_offs, (0, 0)], None)     # laid out window by window (`layout`)
+        pos, grp, typ = self.head_layout(tuple(ids[:n_head]))
+        nxt, rest = max(pos) + 1, MAX_LEN                           # no window is longer than MAX_LEN
+        padded = read_only(([*pos, *range(nxt, nxt + rest)], [*grp, *[-1] * rest], [*typ, *[0] * rest]))
+        return Head(ids, [(0, 0), *h_offs, (0, 0)], padded)
+
+    def window_layout(self, enc: Encoded, ids: list[int]) -> ArrayLayout:
+        """`layout(ids)` of one window of `enc`, as arrays: views of its hint's padded layout where that holds."""
+        if enc.padded is None:
+            return read_only(self.layout(ids))
+        n = len(ids)
+        pos, grp, typ = enc.padded
+        return pos[:n], grp[:n], typ[:n]
 
     def pieces(self, s: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Token ids and character offsets of `s` alone (no special tokens)."""
@@ -172,26 +230,42 @@ class Prompter:
         return found
 
     def _tokenize(self, s: str) -> tuple[list[int], list[tuple[int, int]]]:
+        return self._tokenize_all([s])[0]
+
+    def _tokenize_all(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+        """Ids and offsets of each text, as `tok(texts, add_special_tokens=False, return_offsets_mapping=True)`
+        gives them; one call, which the Rust tokenizer runs in parallel."""
         with self._tok_lock:
-            enc = self.tok(s, add_special_tokens=False, return_offsets_mapping=True)
-        return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
+            if self._rust is None:
+                enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+                return [(ids, [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+            self._settle_rust()
+            encodings = self._rust.encode_batch(texts, add_special_tokens=False)
+        return [(e.ids, e.offsets) for e in encodings]
+
+    def _settle_rust(self) -> None:
+        """Set the Rust tokenizer as transformers sets it before such a call: an earlier call through `tok`
+        with truncation or padding leaves those switched on."""
+        rust, split = self._rust, getattr(self.tok, "split_special_tokens", False)
+        if rust.truncation is not None:
+            rust.no_truncation()
+        if rust.padding is not None:
+            rust.no_padding()
+        if rust.encode_special_tokens != split:
+            rust.encode_special_tokens = split
 
     def prefetch(self, texts: list[str]) -> None:
         """Tokenize many texts in one call (the Rust tokenizer runs them in parallel). Several
         groups of documents may be prefetched at once (a prefetch thread prepares the next group)."""
         texts = [t for t in dict.fromkeys(texts) if t and t not in self._pieces]
-        if not texts:
-            return
-        with self._tok_lock:
-            enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
-        self._pieces.update({t: (ids, [tuple(o) for o in offs])
-                             for t, ids, offs in zip(texts, enc["input_ids"], enc["offset_mapping"])})
+        if texts:
+            self._pieces.update(zip(texts, self._tokenize_all(texts)))
 
     def forget(self, texts: list[str]) -> None:
         for t in texts:
             self._pieces.pop(t, None)
 
-    def layout(self, ids: list[int]) -> tuple[list[int], list[int], list[int]]:
+    def layout(self, ids: list[int]) -> Layout:
         """Position ids and the isolation structure of one window (docs/models/rexuninlu.md §2.5–2.6).
 
         grp[i]: the prefix group of a hint token, -1 for global tokens ([CLS], [SEP], text);
@@ -274,6 +348,13 @@ class Prompter:
                 for i in range(t_span[0], t_span[-1] + 1):
                     typ[i] = k
         return pos, grp, typ
+
+
+def read_only(layout: Layout) -> ArrayLayout:
+    pos, grp, typ = (np.array(x, np.int64) for x in layout)
+    for a in (pos, grp, typ):
+        a.flags.writeable = False
+    return pos, grp, typ
 
 
 def allowed(grp_q: int, typ_q: int, grp_k: int, typ_k: int) -> bool:

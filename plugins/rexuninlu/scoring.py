@@ -194,12 +194,12 @@ class WindowScorer:
             dest = np.repeat(np.asarray(row_of, np.int64), lengths) + local
             n_hint = np.repeat(np.fromiter((w.n_hint for w in wins), np.int64, len(wins)), lengths)
             ids = np.fromiter(chain.from_iterable(w.ids for w in wins), np.int64, total)
-            grp = np.fromiter(chain.from_iterable(w.groups for w in wins), np.int64, total)
+            grp = np.concatenate([w.groups for w in wins])          # arrays (Prompter.window_layout): no token loop
             flat = buf.reshape(7, B * L)
             flat[0, dest] = ids
-            flat[1, dest] = np.fromiter(chain.from_iterable(w.positions for w in wins), np.int64, total)
+            flat[1, dest] = np.concatenate([w.positions for w in wins])
             flat[2, dest] = np.where(grp < 0, grp, slot * 1024 + grp)          # groups unique per window
-            flat[3, dest] = np.fromiter(chain.from_iterable(w.types for w in wins), np.int64, total)
+            flat[3, dest] = np.concatenate([w.types for w in wins])
             flat[4, dest] = slot
             flat[5, dest] = local >= n_hint
             flat[6, dest] = (local < n_hint) & (ids == self.type_id)

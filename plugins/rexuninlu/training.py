@@ -126,7 +126,7 @@ def examples(p: Prompter, text: str, schema: dict, gold: Gold) -> list[Example]:
     for level_map in gold_levels(schema, gold):
         for hint in p.hints(level_map):
             enc = p.encode(hint.text, text, kind)
-            for j, (ids, tt, offs) in enumerate(zip(enc["input_ids"], enc["token_type_ids"], enc["offset_mapping"])):
+            for j, (ids, offs) in enumerate(zip(enc.ids, enc.offsets)):
                 spans_of = level_map
                 if kind != "no_cls" and j > 0:
                     # As inference: the cls token is inserted before this window's text and the last
@@ -139,8 +139,8 @@ def examples(p: Prompter, text: str, schema: dict, gold: Gold) -> list[Example]:
                     offs = (offs[:s] + [cls_span] + [(a + j * w, b + j * w) for a, b in offs[s:-2]] + [offs[-1]])
                     spans_of = {pt: {t: [cls_span] if g else [] for t, g in types.items()}
                                 for pt, types in level_map.items()}
-                pos, grp, typ = p.layout(ids)
-                window = Window(ids, pos, grp, typ, offs, tt.count(0), hint, text)
+                pos, grp, typ = p.window_layout(enc, ids)
+                window = Window(ids, pos, grp, typ, offs, enc.n_hint, hint, text)
                 out.append(Example(window, label_cells(window, spans_of, len(text))))
     return out
 

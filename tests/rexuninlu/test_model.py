@@ -10,7 +10,7 @@ import torch
 from contracts.domain import Document, WeightsError
 from plugins.rexuninlu import loading
 from plugins.rexuninlu.family import PRESETS, RexUniNLU
-from plugins.rexuninlu.pipeline import document_run
+from plugins.rexuninlu.pipeline import document_groups, document_run
 from plugins.rexuninlu.scoring import isolation_mask
 
 NER = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
@@ -81,6 +81,28 @@ def test_batched_windows_match_one_window_at_a_time(rex_model):
     assert_same_outputs(outputs(rex_model, list(reversed(docs)), 7), list(reversed(alone)), ONE_STEP)
 
 
+@pytest.mark.parametrize("batch_size, sizes", [(8, [8, 16, 32, 64, 64, 16]), (64, [64, 128, 8]), (1, [1, 2, 4, 8, 16, 32, 64, 64, 9])])
+def test_document_groups_start_with_one_batch_and_keep_input_order(batch_size, sizes):
+    docs = list(range(200))
+    groups = document_groups(docs, batch_size)
+    assert [len(g) for g in groups] == sizes
+    assert [d for g in groups for d in g] == docs
+
+
+def test_results_follow_input_order_across_growing_groups(rex_model):
+    docs = [Document(str(i), t, NER) for i, t in enumerate(["张三在北京。", "", "李四", " "] * 10)]
+    assert [r.document_id for r in rex_model.extract(docs, batch_size=2)] == [d.id for d in docs]
+
+
+def test_windows_holding_layout_lists_pack_like_the_pipelines_arrays(rex_model):
+    from dataclasses import replace
+    windows = [w for t in ("张三在北京。", "北大西洋议会" * 100) for w in document_run(rex_model.prompter, t, NER).send(None)]
+    as_lists = [replace(w, positions=list(w.positions), groups=list(w.groups), types=list(w.types)) for w in windows]
+    a, b = (rex_model.scorer.pack([ws[:1], ws[1:]]) for ws in (windows, as_lists))
+    for field in ("ids", "positions", "groups", "types", "segments", "is_text", "is_type"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+
+
 def test_padding_does_not_change_logits_of_real_tokens(rex_model):
     short, long_ = mixed_documents(2)[0], Document("l", "北大西洋议会" * 50, NER)
     ws = [document_run(rex_model.prompter, d.text, d.schema).send(None)[0] for d in (short, long_)]
@@ -124,7 +146,7 @@ def max_depth(schema):
 def test_long_text_runs_in_overlapping_windows(rex_model):
     text = "".join(random.Random(1).choice("北大西洋议会春季会议日在西班牙巴塞罗那") for _ in range(3000))
     enc = rex_model.prompter.encode("[PREFIX][TYPE]人物", text, "no_cls")
-    assert len(enc["input_ids"]) > 5
+    assert len(enc.ids) > 5
     result = next(rex_model.extract([Document("x", text, NER)], batch_size=4))
     for info in result.tuples:
         a, b = info[0].offset

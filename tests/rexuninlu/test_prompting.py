@@ -36,7 +36,7 @@ def test_large_schema_splits_into_hints_of_at_most_256_tokens(prompter):
 def test_position_ids_restart_per_group_and_type(prompter):
     hint = prompter.hints({(): {"组织机构": None, "人物": None, "地理位置": None}})[0]
     enc = prompter.encode(hint.text, "西班牙巴塞罗那", "no_cls")
-    pos, grp, typ = prompter.layout(enc["input_ids"][0])
+    pos, grp, typ = prompter.layout(enc.ids[0])
     assert pos == [0, 1, 2, 3, 4, 2, 3, 4, 5, 6, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
     assert grp[:2] == [-1, 0] and grp[-9:] == [-1] * 9
     assert typ[1:15] == [0, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3]
@@ -74,7 +74,7 @@ def reference_mask(ids, prefix_id, type_id, sep_id):
 def test_isolation_mask_closed_form_equals_reference_construction(prompter):
     p1, p2 = (("组织机构", "中央电视台", (0, 5)),), (("人物", "张三", (7, 9)),)
     hint = prompter.hints({p1: {"创始人(人物)": None, "简称": None}, p2: {"毕业院校": None, "国籍": None}})[0]
-    ids = prompter.encode(hint.text, "中央电视台由张三创办", "no_cls")["input_ids"][0]
+    ids = prompter.encode(hint.text, "中央电视台由张三创办", "no_cls").ids[0]
     _, grp, typ = prompter.layout(ids)
     closed = [[int(allowed(grp[q], typ[q], grp[k], typ[k])) for k in range(len(ids))] for q in range(len(ids))]
     assert closed == reference_mask(ids, prompter.prefix_id, prompter.type_id, prompter.sep_id)
@@ -135,3 +135,46 @@ def test_schema_key_holding_sep_runs_through_the_reference_layout(rex_model, mon
     monkeypatch.setattr(Prompter, "reference_layout", lambda self, ids: calls.append(ids) or original(self, ids))
     result = next(rex_model.extract([Document("1", "张三在北京工作。", {"人物[SEP]地点": None, "组织": None})]))
     assert calls and result.document_id == "1"
+
+
+VARIED_TEXTS = ["", " ", "\t\n", "Hello world, this is English.", "mixed 中文 and English 123 😀 emoji 🎉",
+                "😀" * 300, "\u3000全角\u3000", "e\u0301 combining", "[CLASSIFY]很满意", "x[PREFIX]y[TYPE]z",
+                "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。" * 200]
+
+
+@pytest.fixture
+def fresh_prompter(rex_tiny):
+    from plugins.rexuninlu.loading import load_tokenizer
+    return Prompter(load_tokenizer(rex_tiny))
+
+
+def transformers_pieces(tok, texts):
+    enc = tok(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return [(ids, [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+
+
+def test_direct_rust_tokenizing_equals_the_transformers_call(fresh_prompter):
+    p = fresh_prompter
+    assert p._rust is not None, "the checkpoint's tokenizer is a fast one: the direct path is under test"
+    expected = transformers_pieces(p.tok, VARIED_TEXTS)
+    p.tok("a long text to truncate", truncation=True, max_length=3)     # leaves truncation switched on
+    assert [p._tokenize(t) for t in VARIED_TEXTS] == expected
+    p.prefetch(VARIED_TEXTS)
+    assert [p.pieces(t) for t in VARIED_TEXTS] == expected
+
+
+def test_slow_path_without_the_rust_tokenizer_gives_the_same_pieces(fresh_prompter):
+    p = fresh_prompter
+    direct = [p._tokenize(t) for t in VARIED_TEXTS]
+    p._rust = None
+    assert [p._tokenize(t) for t in VARIED_TEXTS] == direct
+
+
+@pytest.mark.parametrize("schema", [{"人物": None, "地理位置": None}, {"正向": None, "负向": None},
+                                    {"人物[SEP]地点": None, "组织": None}])
+@pytest.mark.parametrize("text", VARIED_TEXTS[1:] + ["[CLASSIFY]" + "这个手机很好用，" * 120])
+def test_windows_cut_from_the_hint_layout_equal_layout_of_their_ids(prompter, text, schema):
+    from plugins.rexuninlu.pipeline import document_run
+    for window in document_run(prompter, text, schema).send(None):
+        assert [list(a) for a in (window.positions, window.groups, window.types)] == list(prompter.layout(window.ids))
+        assert window.n_hint == window.ids.index(prompter.sep_id) + 1 or "[SEP]" in window.hint.text
