@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -27,9 +27,9 @@ class Window:
     """One model input: [CLS] hint [SEP] text-window [SEP], and what decoding needs to read it back."""
 
     ids: list[int]
-    positions: list[int]
-    groups: list[int]
-    types: list[int]
+    positions: Sequence[int]       # these three: read-only int64 arrays cut from the hint's layout
+    groups: Sequence[int]          # (Prompter.window_layout), or lists
+    types: Sequence[int]
     offsets: list[tuple[int, int]]
     n_hint: int                    # index of the first text token
     hint: Hint
