@@ -63,8 +63,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--reference-docs", type=int, default=50,
                    help="seqgpt-e2e: documents the one-prompt-at-a-time reference runs (the first ones)")
     p.add_argument("--batches", type=int, default=1000, help="memory-pool: random-shape batches per variant")
-    p.add_argument("--variants", type=lambda s: s.split(","), default=None,
-                   help="memory-pool: run only variants whose names contain one of these (comma-separated)")
+    p.add_argument("--variants", type=lambda s: s.split(";" if ";" in s else ","), default=None,
+                   help="memory-pool, rex-e2e: run only variants whose names contain one of these (comma-separated; "
+                        "separate them with ';' when the names hold commas)")
     p.add_argument("--train-batch", type=int, default=None, help="train-step: rows per step (default 16 / 8)")
     p.add_argument("--train-len", type=int, default=None, help="train-step: tokens per row (default 512 / 1024)")
     p.add_argument("--train-steps", type=int, default=5, help="train-step: timed steps after warm-up")

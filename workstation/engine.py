@@ -177,7 +177,8 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
                            thresholds=dict(thresholds) if thresholds else None)
         if on_start:
             on_start(report)
-        _measure(taken, report, chain([first], slices), limit, total, on_result, on_progress, cancel, keep_results)
+        with _collector_aside():
+            _measure(taken, report, chain([first], slices), limit, total, on_result, on_progress, cancel, keep_results)
     return report
 
 
@@ -258,6 +259,31 @@ def _paired(documents: Sequence[Document], results: Iterable[Result]) -> Iterato
 
 
 _LOCKS = threading.Lock()
+_ASIDE = {"runs": 0}
+
+
+@contextmanager
+def _collector_aside() -> Iterator[None]:
+    """Keep the objects that exist when a run starts (the model, the libraries: a million and more) out of
+    Python's cyclic garbage collector until the last concurrent run ends (gc.freeze, then gc.unfreeze).
+
+    A full collection walks every tracked object, and a dense run allocates enough objects (a Span, a list
+    and a tuple per extracted span) to set off several: on the H200 they made decoding jump between 1.1 and
+    2.6 s per 1,000 dense documents, and set aside they cost almost nothing (docs/performance.md §4). Only
+    when collections happen changes: what the run frees is freed, and the objects set aside are looked at
+    again by the first collection after it.
+    """
+    with _LOCKS:
+        _ASIDE["runs"] += 1
+        if _ASIDE["runs"] == 1:
+            gc.freeze()
+    try:
+        yield
+    finally:
+        with _LOCKS:
+            _ASIDE["runs"] -= 1
+            if not _ASIDE["runs"]:
+                gc.unfreeze()
 
 
 @contextmanager
