@@ -17,6 +17,7 @@ In order, it:
   on a thread while the device works); a cancel takes effect between slices;
 - hands every result, less empty-span tuples, capped at `max_tuples` and thresholded, to `on_result` with
   its document, in input order, and keeps it only if `keep_results`;
+- keeps the objects that existed before it out of the cyclic garbage collector while it runs (`_collector_aside`);
 - reports what ran: the attention kernel the model actually used, seconds per stage, OOM back-offs,
   tokens, peak GPU memory.
 """

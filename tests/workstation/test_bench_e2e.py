@@ -7,7 +7,8 @@ from benchmarks import main as bench_main
 def test_rex_e2e_profiles_stages_at_calibrated_densities(rex_tiny, tmp_path):
     out = tmp_path / "e2e.json"
     code = bench_main(["rex-e2e", "--weights", str(rex_tiny), "--device", "cpu", "--docs", "10",
-                       "--batch-sizes", "4", "--densities", "sparse,dense", "--variants", "fp32 eager",
+                       "--batch-sizes", "4", "--densities", "sparse,dense",
+                       "--variants", "fp32 eager;fp32 eager, batch 4, before",    # 'before' rows only when named
                        "--out", str(out)])
     assert code == 0
     result = json.loads(out.read_text())
@@ -19,6 +20,7 @@ def test_rex_e2e_profiles_stages_at_calibrated_densities(rex_tiny, tmp_path):
         names = [r["variant"] for r in table["rows"]]
         assert names == ["fp32 eager, one window at a time (traditional), before", "fp32 eager, batch 4, before",
                          "fp32 eager, batch 4"]
+        assert table["rows"][2]["identical_to_before"] is True
         for row in table["rows"]:
             assert row["outputs_identical"], row
             assert set(row["stages_s"]) == {"prepare", "device", "decode", "write"}
