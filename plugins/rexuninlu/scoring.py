@@ -287,21 +287,18 @@ class WindowScorer:
             probs = [pr.cpu() for pr in f.probs]
         # Waiting for the read-back above is no host work; handing the links out per window is decoding.
         with (self.clock() if self.clock else IDLE).stage("decode"):
-            self.hand_out(f, typed, confidence, other, link_probs, probs, out)
-
-    def hand_out(self, f: "InFlight", typed, confidence, other, link_probs, probs, out: list) -> None:
-        per_typed = typed_per_window(typed, confidence, len(f.windows))
-        per_other: list[list] = [[] for _ in f.windows]
-        for (w, r, c), prob in zip(other, link_probs):
-            per_other[w].append((r, c, prob))
-        probs.reverse()
-        flat_index = [i for group in f.index for i in group]
-        for k, w in enumerate(f.windows):
-            pr = probs.pop() if w.need_probs else None
-            rc = per_other[k]
-            paired = not w.need_probs and self.device_pairing
-            rows, cols, link_probs = (list(x) for x in zip(*rc)) if rc else ([], [], [])
-            out[flat_index[k]] = Links(rows, cols, pr, per_typed[k] if paired else None, link_probs)
+            per_typed = typed_per_window(typed, confidence, len(f.windows))
+            per_other: list[list] = [[] for _ in f.windows]
+            for (w, r, c), prob in zip(other, link_probs):
+                per_other[w].append((r, c, prob))
+            probs.reverse()
+            flat_index = [i for group in f.index for i in group]
+            for k, w in enumerate(f.windows):
+                pr = probs.pop() if w.need_probs else None
+                rc = per_other[k]
+                paired = not w.need_probs and self.device_pairing
+                rows, cols, link_probs = (list(x) for x in zip(*rc)) if rc else ([], [], [])
+                out[flat_index[k]] = Links(rows, cols, pr, per_typed[k] if paired else None, link_probs)
 
     def side_stream(self):
         if self.device.type != "cuda":

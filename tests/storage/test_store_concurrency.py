@@ -5,12 +5,13 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+
+from tests.threads import errors_on_threads
 
 from sample_runs import make_report, ner_run
 
@@ -47,21 +48,12 @@ def test_write_transactions_take_the_lock_up_front_and_readers_still_read(store)
 
 def test_two_threads_record_runs_at_once_without_losing_any(store):
     docs, results = ner_run()
-    errors: list[Exception] = []
 
     def writer():
-        try:
-            for _ in range(15):
-                store.record_run(make_report(results), docs, "ui")
-                store.search_runs("北京", limit=5)
-        except Exception as e:                            # pragma: no cover - the failure we look for
-            errors.append(e)
-    threads = [threading.Thread(target=writer) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == [] and store.count_runs() == 30
+        for _ in range(15):
+            store.record_run(make_report(results), docs, "ui")
+            store.search_runs("北京", limit=5)
+    assert errors_on_threads(writer, 2) == [] and store.count_runs() == 30
 
 
 # The child builds a stand-in report (RunReport's fields) so it does not import torch: the test is about

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sqlite3
-import threading
 
 import pytest
 from sqlalchemy import inspect
@@ -10,6 +9,7 @@ from sqlalchemy import inspect
 from storage import migrations, open_store
 from storage.database import create_sqlite_engine
 from storage.tables import Base
+from tests.threads import errors_on_threads
 
 from sample_runs import make_report, ner_run
 
@@ -112,19 +112,11 @@ def test_database_written_by_a_newer_version_is_refused(tmp_path):
 
 
 def test_stores_opened_at_once_on_a_new_file_migrate_it_once(tmp_path):
-    path, errors, stores = tmp_path / "runs.db", [], []
+    path, stores = tmp_path / "runs.db", []
 
     def open_one():
-        try:
-            stores.append(open_store(path))
-        except Exception as e:                              # pragma: no cover - the failure we look for
-            errors.append(e)
-    threads = [threading.Thread(target=open_one) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+        stores.append(open_store(path))
+    assert errors_on_threads(open_one, 4) == []
     with sqlite3.connect(path) as conn:
         assert [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY rowid")] == ALL
     for s in stores:

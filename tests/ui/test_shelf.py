@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import gc
-import threading
 import weakref
 
 from contracts.domain import Document
+from tests.threads import errors_on_threads
 from tests.ui.fake_plugin import FakeFamily
 from workstation.shelf import ModelShelf
 
@@ -59,11 +59,7 @@ def test_runs_from_many_threads_never_overlap_on_one_model(tmp_path):
             with shelf.borrow(key) as model:
                 models.append(model)
                 assert len(list(model.extract(docs))) == 20
-    threads = [threading.Thread(target=work) for _ in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert errors_on_threads(work, 6) == []
     assert len({id(m) for m in models}) == 1 and models[0].overlaps == 0
 
 

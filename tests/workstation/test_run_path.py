@@ -3,7 +3,6 @@ checks, the knobs settled once, the attention kernel that ran recorded, and ever
 from __future__ import annotations
 
 import json
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from contracts.domain import Document, InputError
 from contracts.model import Knobs
 from tests.jobs.fake_model import FakeFamily, FakeModel, registered
+from tests.threads import errors_on_threads
 from workstation import engine
 
 
@@ -115,20 +115,11 @@ def test_two_threads_never_run_one_model_at_once(tmp_path):
     from tests.ui.fake_plugin import FakeFamily as IeFamily
     model = IeFamily().load(IeFamily().write_demo_weights(tmp_path / "w"), "cpu")
     docs = [Document(str(i), "Alice " * 20, schema={"Alice": None}) for i in range(300)]
-    errors = []
 
     def work():
-        try:
-            for _ in range(3):
-                assert engine.run(model, docs, 4, keep_results=False).documents == 300
-        except Exception as e:                             # noqa: BLE001 - reported by the assertion below
-            errors.append(e)
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == [] and model.overlaps == 0
+        for _ in range(3):
+            assert engine.run(model, docs, 4, keep_results=False).documents == 300
+    assert errors_on_threads(work, 4) == [] and model.overlaps == 0
 
 
 def test_a_model_giving_too_few_results_fails_the_run():
