@@ -219,7 +219,7 @@ def tuples_differing(a: list, b: list) -> int:
 def rex_kernel(args) -> dict:
     """One attention call (B=64, H=12, L=512, d=64, bf16): Triton tile configs vs SDPA, checked."""
     from plugins.rexuninlu.modeling import Structure, attend
-    from plugins.rexuninlu.triton_attention import disentangled_attention
+    from plugins.rexuninlu.triton_attention import disentangled_attention, kernel_codes
     device = engine.resolve_device(args.device)
     if not device.startswith("cuda"):
         raise InputError("rex-kernel times CUDA kernels; run it with --device cuda")
@@ -248,10 +248,11 @@ def rex_kernel(args) -> dict:
     candidates = {"sdpa with materialised bias": lambda: attend(q, k, v, c2p, p2c, st, scale, "sdpa"),
                   "flash sdpa, no bias (lower bound, not equivalent)":
                       lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)}
-    for bm, bn, warps in [(64, 64, 4), (128, 64, 8), (128, 32, 4), (64, 32, 4), (128, 64, 4)]:
-        candidates[f"triton BLOCK_M={bm} BLOCK_N={bn} warps={warps}"] = \
-            (lambda bm=bm, bn=bn, w=warps: disentangled_attention(q, k, v, c2p, p2c, pos, grp, zero, zero, scale,
-                                                                   block_m=bm, block_n=bn, num_warps=w))
+    codes = kernel_codes(pos, grp, zero, zero)
+    for bm, bn, warps in [(64, 32, 4), (64, 16, 4), (64, 16, 2), (128, 16, 4), (128, 16, 8), (32, 16, 2),
+                          (32, 32, 2), (128, 32, 4), (64, 64, 4)]:
+        candidates[f"triton BLOCK_M={bm} BLOCK_N={bn} warps={warps}"] = (lambda bm=bm, bn=bn, w=warps: disentangled_attention(
+            q, k, v, c2p, p2c, codes, scale, block_m=bm, block_n=bn, num_warps=w))
     rows = []
     for name, fn in candidates.items():
         ms, err = time_it(fn)

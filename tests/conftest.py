@@ -15,6 +15,26 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton kernels run on the CPU interpreter in tests
 
 
+def _interpreter_scalars_as_loop_bounds():
+    """Triton 3.6's interpreter holds a kernel's scalars as 1-element arrays and int() of one fails under
+    NumPy >= 2.3, so a loop bound loaded in the kernel (the attention kernel's key range) stops it. Compiled
+    kernels are not affected; this lets the interpreter take such bounds too."""
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return
+    patch = interpreter._patch_lang_tensor
+
+    def patched(tensor, scope):
+        patch(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patched
+
+
+_interpreter_scalars_as_loop_bounds()
+
+
 @pytest.fixture(scope="session")
 def rex_tiny(tmp_path_factory) -> Path:
     """A tiny random RexUniNLU checkpoint in the official layout (session-wide, built once)."""

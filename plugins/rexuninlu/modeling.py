@@ -86,7 +86,7 @@ class Structure:
     positions: torch.Tensor
     rel_idx: torch.Tensor | None = None
     mask: torch.Tensor | None = None
-    codes: tuple | None = None        # (groups, types, segments) [B,L] each, for "triton"
+    codes: tuple | None = None        # "triton": triton_attention.KernelCodes
 
 
 def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: str, dropout: float = 0.0):
@@ -97,7 +97,7 @@ def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: 
         if dropout:
             raise ValueError("the triton attention kernel has no dropout; train with 'sdpa' or 'eager'")
         from plugins.rexuninlu.triton_attention import disentangled_attention
-        return disentangled_attention(q, k, v, c2p_table, p2c_table, st.positions, *st.codes, scale=scale)
+        return disentangled_attention(q, k, v, c2p_table, p2c_table, st.codes, scale=scale)
     idx = st.rel_idx.unsqueeze(1).expand(-1, q.shape[1], -1, -1)               # [B,H,L,L]
     c2p = torch.gather(c2p_table, -1, idx)                                     # Q_i . PK[idx(i,j)]
     p2c = torch.gather(p2c_table, -1, idx.transpose(-1, -2)).transpose(-1, -2)  # K_j . PQ[idx(i,j)]
@@ -244,8 +244,11 @@ class Encoder(nn.Module):
         self.checkpointing = False                          # gradient checkpointing (training only)
 
     def forward(self, emb, position_ids, mask, valid, backend=Kernel.EAGER, segments=None, codes=None):
-        st = Structure(position_ids, mask=mask, codes=codes)
-        if backend != Kernel.TRITON:
+        st = Structure(position_ids, mask=mask)
+        if backend == Kernel.TRITON:
+            from plugins.rexuninlu.triton_attention import kernel_codes
+            st.codes = kernel_codes(position_ids, *codes)          # once for all layers
+        else:
             # Un-bucketed relative positions from the prompt position ids, shared by every layer.
             st.rel_idx = (position_ids[:, :, None] - position_ids[:, None, :] + self.span).clamp(0, 2 * self.span - 1)
         rel = self.LayerNorm(self.rel_embeddings.weight)   # [2S,D]

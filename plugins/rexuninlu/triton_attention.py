@@ -13,9 +13,12 @@ online softmax, nothing [L, L] written to memory — and adds inside each tile:
 C and P are [B, H, L, 2S] with any batch/head/row strides (each its own), rows of 2S contiguous:
 modeling.relative_tables computes each as one [H, B·L, 2S] GEMM and hands over its permuted view.
 The gathers read rows of C and P that stay in L2 while a head is processed. Rows with no allowed
-key (padding) give zeros, as XSoftmax does.
+key (padding) give zeros, as XSoftmax does. Each block of rows visits only the key tiles of its own
+windows (kernel_codes' ranges), so a row packed with several windows costs about what they would alone.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -28,7 +31,7 @@ except ImportError:                  # CPU-only installs: the kernel is simply n
 
 if triton is not None:
     @triton.jit
-    def _disentangled_fwd(Q, K, V, C, P, POS, GRP, TYP, SEG, O,
+    def _disentangled_fwd(Q, K, V, C, P, POS, GRP, TYP, SEG, KLO, KHI, O,
                           sq_b, sq_h, sq_l, sk_b, sk_h, sk_l, sc_b, sc_h, sc_l, sp_b, sp_h, sp_l, sm_b,
                           so_b, so_h, so_l,
                           H, scale, L: tl.constexpr,
@@ -40,60 +43,52 @@ if triton is not None:
         dims = tl.arange(0, D)
         row_ok = rows < L
         q = tl.load(Q + b * sq_b + h * sq_h + rows[:, None] * sq_l + dims[None, :], mask=row_ok[:, None], other=0.0)
-        pos_q = tl.load(POS + b * sm_b + rows, mask=row_ok, other=0)
-        grp_q = tl.load(GRP + b * sm_b + rows, mask=row_ok, other=-2)
-        typ_q = tl.load(TYP + b * sm_b + rows, mask=row_ok, other=0)
-        seg_q = tl.load(SEG + b * sm_b + rows, mask=row_ok, other=-1)
+        meta_q = b * sm_b + rows
+        pos_q = tl.load(POS + meta_q, mask=row_ok, other=0)
+        grp_q = tl.load(GRP + meta_q, mask=row_ok, other=-2)
+        typ_q = tl.load(TYP + meta_q, mask=row_ok, other=0)
+        seg_q = tl.load(SEG + meta_q, mask=row_ok, other=-1)
         c_rows = C + b * sc_b + h * sc_h + rows[:, None] * sc_l
         p_head = P + b * sp_b + h * sp_h
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
-        # The segments (windows) these rows hold: a key tile whose windows lie outside [seg_lo, seg_hi] has
-        # no allowed pair with them (a packed row's other windows, padding), so it is skipped whole. Its
-        # scores would all be -inf, which leaves m, l and acc exactly as they are: skipping is lossless.
-        seg_lo = tl.min(tl.where(seg_q >= 0, seg_q, 2147483647))
-        seg_hi = tl.max(seg_q)
-        for start in range(0, L, BLOCK_N):
+        # Only the key columns of these rows' windows can be allowed (KLO/KHI: kernel_codes). Key tiles
+        # outside [lo, hi) would score -inf everywhere, which leaves m, l and acc exactly as they are, so
+        # the loop runs over that range only: lossless, and with no branch in it the loads can be pipelined.
+        lo = tl.min(tl.load(KLO + meta_q, mask=row_ok, other=L))
+        hi = tl.max(tl.load(KHI + meta_q, mask=row_ok, other=0))
+        for start in range((lo // BLOCK_N) * BLOCK_N, hi, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             col_ok = cols < L
-            seg_k = tl.load(SEG + b * sm_b + cols, mask=col_ok, other=-1)
-            if (tl.max(seg_k) >= seg_lo) & (tl.min(tl.where(seg_k >= 0, seg_k, 2147483647)) <= seg_hi):
-                m_i, l_i, acc = _tile(K, V, POS, GRP, TYP, q, c_rows, p_head, pos_q, grp_q, typ_q, seg_q, seg_k,
-                                      rows, row_ok, cols, col_ok, dims, b, h, sk_b, sk_h, sk_l, sp_l, sm_b,
-                                      scale, m_i, l_i, acc, SPAN, PRECISION)
+            meta_k = b * sm_b + cols
+            kv = b * sk_b + h * sk_h + cols[:, None] * sk_l + dims[None, :]
+            k = tl.load(K + kv, mask=col_ok[:, None], other=0.0)
+            v = tl.load(V + kv, mask=col_ok[:, None], other=0.0)
+            pos_k = tl.load(POS + meta_k, mask=col_ok, other=0)
+            grp_k = tl.load(GRP + meta_k, mask=col_ok, other=-2)
+            typ_k = tl.load(TYP + meta_k, mask=col_ok, other=0)
+            seg_k = tl.load(SEG + meta_k, mask=col_ok, other=-1)
+            idx = tl.minimum(tl.maximum(pos_q[:, None] - pos_k[None, :] + SPAN, 0), 2 * SPAN - 1)
+            both = row_ok[:, None] & col_ok[None, :]
+            c2p = tl.load(c_rows + idx, mask=both, other=0.0).to(tl.float32)
+            p2c = tl.load(p_head + cols[None, :] * sp_l + idx, mask=both, other=0.0).to(tl.float32)
+            s = (tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) + c2p + p2c) * scale
+            glob_q, glob_k = grp_q[:, None] == -1, grp_k[None, :] == -1
+            same = (grp_q[:, None] == grp_k[None, :]) & (
+                (typ_q[:, None] == typ_k[None, :]) | (typ_q[:, None] == 0) | (typ_k[None, :] == 0))
+            allowed = (glob_q | glob_k | same) & (seg_q[:, None] == seg_k[None, :]) & (seg_k[None, :] >= 0) & both
+            s = tl.where(allowed, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp(s - m_safe[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)
+            m_i = m_new
         out = acc / tl.where(l_i == 0, 1.0, l_i)[:, None]
         tl.store(O + b * so_b + h * so_h + rows[:, None] * so_l + dims[None, :], out.to(O.dtype.element_ty),
                  mask=row_ok[:, None])
-
-    @triton.jit
-    def _tile(K, V, POS, GRP, TYP, q, c_rows, p_head, pos_q, grp_q, typ_q, seg_q, seg_k, rows, row_ok, cols,
-              col_ok, dims, b, h, sk_b, sk_h, sk_l, sp_l, sm_b, scale, m_i, l_i, acc,
-              SPAN: tl.constexpr, PRECISION: tl.constexpr):
-        """One key tile of the online softmax: scores with the c2p/p2c bias, the isolation mask, update."""
-        kv = b * sk_b + h * sk_h + cols[:, None] * sk_l + dims[None, :]
-        k = tl.load(K + kv, mask=col_ok[:, None], other=0.0)
-        v = tl.load(V + kv, mask=col_ok[:, None], other=0.0)
-        pos_k = tl.load(POS + b * sm_b + cols, mask=col_ok, other=0)
-        grp_k = tl.load(GRP + b * sm_b + cols, mask=col_ok, other=-2)
-        typ_k = tl.load(TYP + b * sm_b + cols, mask=col_ok, other=0)
-        idx = tl.minimum(tl.maximum(pos_q[:, None] - pos_k[None, :] + SPAN, 0), 2 * SPAN - 1)
-        both = row_ok[:, None] & col_ok[None, :]
-        c2p = tl.load(c_rows + idx, mask=both, other=0.0).to(tl.float32)
-        p2c = tl.load(p_head + cols[None, :] * sp_l + idx, mask=both, other=0.0).to(tl.float32)
-        s = (tl.dot(q, tl.trans(k), input_precision=PRECISION).to(tl.float32) + c2p + p2c) * scale
-        glob_q, glob_k = grp_q[:, None] == -1, grp_k[None, :] == -1
-        same = (grp_q[:, None] == grp_k[None, :]) & (
-            (typ_q[:, None] == typ_k[None, :]) | (typ_q[:, None] == 0) | (typ_k[None, :] == 0))
-        allowed = (glob_q | glob_k | same) & (seg_q[:, None] == seg_k[None, :]) & (seg_k[None, :] >= 0) & both
-        s = tl.where(allowed, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)
-        return m_new, l_i, acc
 
 
 def available() -> bool:
@@ -105,22 +100,47 @@ def rows_contiguous(table):
     return table if table.stride(-1) == 1 else table.contiguous()
 
 
-def disentangled_attention(q, k, v, c2p_table, p2c_table, positions, groups, types, segments, scale: float,
+class KernelCodes(NamedTuple):
+    """What the kernel reads per token, int32 [B, L] each: built once per forward by kernel_codes."""
+
+    positions: torch.Tensor
+    groups: torch.Tensor
+    types: torch.Tensor
+    segments: torch.Tensor
+    key_lo: torch.Tensor          # the columns [key_lo, key_hi) of the token's window; [L, 0) for padding
+    key_hi: torch.Tensor
+
+
+def kernel_codes(positions, groups, types, segments) -> KernelCodes:
+    """The per-token codes, and each token's key range. Windows lie end to end along a row with the
+    padding (-1) after them (scoring.fill), so segments never decrease along a row and a window's keys
+    are one column range, found by a batched binary search."""
+    seg = segments.to(torch.int32).contiguous()
+    pad = seg < 0
+    ordered = seg.masked_fill(pad, torch.iinfo(torch.int32).max)
+    if not seg.is_cuda:       # the layout the ranges rely on; checked where it costs no device sync
+        assert bool((ordered[:, 1:] >= ordered[:, :-1]).all()), "segments must not decrease along a row"
+    lo = torch.searchsorted(ordered, ordered, side="left", out_int32=True).masked_fill(pad, seg.shape[-1])
+    hi = torch.searchsorted(ordered, ordered, side="right", out_int32=True).masked_fill(pad, 0)
+    as_int = [t.to(torch.int32).contiguous() for t in (positions, groups, types)]
+    return KernelCodes(*as_int, seg, lo, hi)
+
+
+def disentangled_attention(q, k, v, c2p_table, p2c_table, codes: KernelCodes, scale: float,
                            block_m: int = 64, block_n: int = 32, num_warps: int = 4):
     """q,k,v [B,H,L,d] and tables [B,H,L,2S] (unscaled), any strides with the last dim contiguous;
-    positions/groups/types/segments [B,L] -> context [B,H,L,d], stored [B,L,H,d] underneath so the
-    caller's merge of heads is free."""
+    codes from kernel_codes -> context [B,H,L,d], stored [B,L,H,d] underneath so the caller's merge of
+    heads is free."""
     B, H, L, D = q.shape
     span = c2p_table.shape[-1] // 2
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and k.stride() == v.stride()
     c, p = rows_contiguous(c2p_table), rows_contiguous(p2c_table)
-    meta = [t.to(torch.int32).contiguous() for t in (positions, groups, types, segments)]
     out = torch.empty(B, L, H, D, dtype=q.dtype, device=q.device).transpose(1, 2)
     grid = (triton.cdiv(L, block_m), B * H)
-    _disentangled_fwd[grid](q, k, v, c, p, *meta, out,
+    _disentangled_fwd[grid](q, k, v, c, p, *codes, out,
                             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                             c.stride(0), c.stride(1), c.stride(2), p.stride(0), p.stride(1), p.stride(2),
-                            meta[0].stride(0), out.stride(0), out.stride(1), out.stride(2),
+                            codes.positions.stride(0), out.stride(0), out.stride(1), out.stride(2),
                             H, scale, L=L, SPAN=span, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
                             PRECISION="ieee" if q.dtype == torch.float32 else "tf32",   # fp32 stays real fp32
                             num_warps=num_warps)

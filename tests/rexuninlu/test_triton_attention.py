@@ -24,8 +24,8 @@ def test_kernel_matches_eager_attention_on_packed_rows(rex_model):
     scale = 1 / (3 * D) ** 0.5
     rel_idx = (p.positions[:, :, None] - p.positions[:, None, :] + S).clamp(0, 2 * S - 1)
     eager = attend(q, k, v, c2p, p2c, Structure(p.positions, rel_idx, isolation_mask(p)), scale, "eager")
-    fused = attend(q, k, v, c2p, p2c, Structure(p.positions, codes=(p.groups, p.types, p.segments)), scale,
-                   "triton")
+    codes = triton_attention.kernel_codes(p.positions, p.groups, p.types, p.segments)
+    fused = attend(q, k, v, c2p, p2c, Structure(p.positions, codes=codes), scale, "triton")
     real = p.valid[:, None, :, None].expand_as(eager)
     assert torch.allclose(fused[real], eager[real], atol=1e-4)
     assert fused[~real].abs().max() == 0                 # padding rows: zeros, like XSoftmax
@@ -49,11 +49,30 @@ def test_key_tiles_of_other_windows_and_padding_are_skipped_without_changing_the
     mask = isolation_mask(SimpleNamespace(groups=groups, types=types, segments=segments))
     rel_idx = (positions[:, :, None] - positions[:, None, :] + S).clamp(0, 2 * S - 1)
     eager = attend(q, k, v, c2p, p2c, Structure(positions, rel_idx, mask), scale, "eager")
-    fused = triton_attention.disentangled_attention(q, k, v, c2p, p2c, positions, groups, types, segments, scale,
-                                                    block_m=16, block_n=16)
+    codes = triton_attention.kernel_codes(positions, groups, types, segments)
+    assert codes.key_lo[0, :20].tolist() == [0] * 20 and codes.key_hi[0, 20:57].tolist() == [57] * 37
+    assert codes.key_lo[0, 80:].tolist() == [L] * 16 and codes.key_hi[0, 80:].tolist() == [0] * 16
+
+    def run(codes):
+        return triton_attention.disentangled_attention(q, k, v, c2p, p2c, codes, scale, block_m=16, block_n=16)
+
+    fused = run(codes)
     real = (segments >= 0)[:, None, :, None].expand_as(eager)
     assert torch.allclose(fused[real], eager[real], atol=1e-4)
     assert fused[~real].abs().max() == 0
+    # Lossless, not merely close: every key tile visited (whole rows as the range) gives the same bits.
+    whole = codes._replace(key_lo=torch.zeros_like(codes.key_lo), key_hi=torch.full_like(codes.key_hi, L))
+    assert torch.equal(run(whole), fused)
+
+
+def test_segments_that_decrease_along_a_row_are_refused():
+    # The key ranges assume windows end to end with padding after them (scoring.fill); anything else
+    # would silently skip allowed keys.
+    codes = torch.zeros(1, 6, dtype=torch.long)
+    with pytest.raises(AssertionError, match="must not decrease"):
+        triton_attention.kernel_codes(codes, codes, codes, torch.tensor([[0, 0, 1, 1, 0, -1]]))
+    with pytest.raises(AssertionError, match="must not decrease"):
+        triton_attention.kernel_codes(codes, codes, codes, torch.tensor([[0, 0, -1, 1, 1, 1]]))
 
 
 def test_tables_with_any_batch_head_row_strides_give_exactly_what_contiguous_ones_give():
@@ -67,9 +86,10 @@ def test_tables_with_any_batch_head_row_strides_give_exactly_what_contiguous_one
     c2p = torch.randn(H, B, L, 2 * S).transpose(0, 1)                     # relative_tables' layout
     p2c = torch.randn(B, L, H, 2 * S).transpose(1, 2)                     # other strides than c2p's
     scale = 1 / (3 * D) ** 0.5
+    codes = triton_attention.kernel_codes(positions, groups, types, segments)
 
     def run(c, p):
-        return triton_attention.disentangled_attention(q, k, v, c, p, positions, groups, types, segments, scale,
+        return triton_attention.disentangled_attention(q, k, v, c, p, codes, scale,
                                                        block_m=16, block_n=16)
 
     reference = run(c2p.contiguous(), p2c.contiguous())

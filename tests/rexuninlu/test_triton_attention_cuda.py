@@ -1,0 +1,57 @@
+"""On a CUDA GPU only (skipped elsewhere; run with CUDA_VISIBLE_DEVICES set and TRITON_INTERPRET=0): the
+compiled kernel over packed rows of real size. The interpreter tests pin the logic; these pin what the
+compiler makes of it (the loop over each row block's key range)."""
+import pytest
+import torch
+
+from plugins.rexuninlu import triton_attention
+from plugins.rexuninlu.modeling import Structure, attend
+from plugins.rexuninlu.scoring import isolation_mask
+
+pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and triton_attention.available()),
+                                reason="needs a CUDA GPU and triton")
+
+
+def packed_rows(B=4, L=512, seed=0):
+    """Rows of windows end to end (10–300 tokens), a few prompt tokens each, padding after them."""
+    g = torch.Generator().manual_seed(seed)
+    segments, positions = torch.full((B, L), -1), torch.zeros(B, L, dtype=torch.long)
+    slot = 0
+    for b in range(B):
+        at = 0
+        while True:
+            n = int(torch.randint(10, 300, (1,), generator=g))
+            if at + n > L - 8 * b:            # each row ends with more padding than the last
+                break
+            segments[b, at:at + n], positions[b, at:at + n] = slot, torch.arange(n)
+            slot, at = slot + 1, at + n
+    groups = torch.where((positions % 9 == 4) & (positions < 40), 1, -1) * (segments >= 0)
+    types = torch.where(groups == 1, 1 + positions % 2, 0)
+    return positions, groups, types, segments
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_kernel_is_exact_across_its_choices_and_close_to_eager(dtype):
+    positions, groups, types, segments = (t.cuda() for t in packed_rows())
+    B, L = segments.shape
+    H, D, S = 12, 64, 256
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", generator=g).to(dtype) for _ in range(3))
+    c2p, p2c = (torch.randn(B, H, L, 2 * S, device="cuda", generator=g).to(dtype) for _ in range(2))
+    scale = 1 / (3 * D) ** 0.5
+    codes = triton_attention.kernel_codes(positions, groups, types, segments)
+    whole = codes._replace(key_lo=torch.zeros_like(codes.key_lo), key_hi=torch.full_like(codes.key_hi, L))
+
+    def run(codes, **tiles):
+        return triton_attention.disentangled_attention(q, k, v, c2p, p2c, codes, scale, **tiles)
+
+    fused = run(codes)
+    assert torch.equal(run(whole), fused)                 # skipping other windows' key tiles is lossless
+    mask = isolation_mask(type("P", (), {"groups": groups, "types": types, "segments": segments}))
+    rel_idx = (positions[:, :, None] - positions[:, None, :] + S).clamp(0, 2 * S - 1)
+    eager = attend(q.float(), k.float(), v.float(), c2p.float(), p2c.float(), Structure(positions, rel_idx, mask),
+                   scale, "eager")
+    real = (segments >= 0)[:, None, :, None].expand_as(eager)
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(fused.float()[real], eager[real], atol=tolerance, rtol=tolerance)
+    assert fused[~real].abs().max() == 0
