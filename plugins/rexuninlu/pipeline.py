@@ -25,10 +25,13 @@ from plugins.rexuninlu.decoding import (
     path_info,
 )
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, legal_paths, task_kind
-from plugins.rexuninlu.scoring import WindowScorer
+from plugins.rexuninlu.scoring import Scoring, WindowScorer
 
 # Windows one document hands over per step: bounds memory for very long texts.
 WINDOWS_PER_STEP = 64
+# Batches of the next group queued on the device before a group is decoded: enough to keep it busy
+# meanwhile, few enough to bound what waits in its memory (each holds its [B, L, L] links).
+AHEAD = 4
 
 DocumentRun = Generator[list[Window], list[Links], list[list[Span]]]
 
@@ -100,22 +103,39 @@ def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Documen
                   on_progress: Callable[[int], None] | None = None, clock: StageClock = IDLE) -> Iterator[Result]:
     """Yield every document's Result in input order.
 
-    Documents go in groups: while the device scores one group, a prefetch thread prepares the next
-    (tokenising its texts in one call, building its first windows), so the device does not wait for
-    the host between groups.
+    Documents go in groups, and the device is kept fed across them: while the device scores one
+    group, a prefetch thread prepares the next (tokenising its texts in one call, building its first
+    windows); and before a group's links are decoded, the next group's first windows are queued on the
+    device (up to AHEAD batches), so the device works while the host decodes and writes.
     """
     groups = document_groups(documents, batch_size)
     finished = 0
     with ThreadPoolExecutor(1, thread_name_prefix="rexuninlu-prefetch") as pool:
-        upcoming = pool.submit(start_group, p, groups[0], clock) if groups else None
+        upcoming = [pool.submit(start_group, p, group, clock) for group in groups[:1]]
+
+        def take(k: int) -> Group:
+            """Group k as prepared by the prefetch thread, which then starts on group k + 1."""
+            g = upcoming.pop().result()
+            if k + 1 < len(groups):
+                upcoming.append(pool.submit(start_group, p, groups[k + 1], clock))
+            return g
+
+        prepared = take(0) if groups else None
         for k, group in enumerate(groups):
-            started = upcoming.result()
-            upcoming = pool.submit(start_group, p, groups[k + 1], clock) if k + 1 < len(groups) else None
-            for result in finish_group(p, scorer, group, started, batch_size, clock):
+            queued: list[Group] = []
+
+            def queue_next(k=k, queued=queued) -> None:
+                if k + 1 < len(groups):
+                    queued.append(take(k + 1))
+                    queued[0].submit(scorer, batch_size, AHEAD)
+
+            for result in finish_group(p, scorer, group, prepared, batch_size, clock, queue_next):
                 finished += 1
                 yield result
                 if on_progress:
                     on_progress(finished)
+            # A group whose documents finished without the device never got to decoding: take the next now.
+            prepared = queued[0] if queued else take(k + 1) if k + 1 < len(groups) else None
 
 
 def document_groups(documents: Sequence[Document], batch_size: int) -> list[Sequence[Document]]:
@@ -135,6 +155,7 @@ class Group:
     runs: dict[int, DocumentRun]
     waiting: dict[int, list[Window]]        # document -> the windows it waits to have scored
     done: dict[int, list]                   # document -> its final tuples
+    scoring: Scoring | None = None          # the waiting windows, submitted to the device
 
     def advance(self, i: int, sent) -> None:
         try:
@@ -143,6 +164,9 @@ class Group:
             self.done[i] = stop.value
             self.runs.pop(i)
             self.waiting.pop(i, None)
+
+    def submit(self, scorer: WindowScorer, batch_size: int, ahead: int = 0) -> None:
+        self.scoring = scorer.submit([w for i in self.waiting for w in self.waiting[i]], batch_size, ahead)
 
 
 def start_group(p: Prompter, documents: Sequence[Document], clock: StageClock) -> Group:
@@ -157,10 +181,12 @@ def start_group(p: Prompter, documents: Sequence[Document], clock: StageClock) -
 
 
 def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document], g: Group, batch_size: int,
-                 clock: StageClock) -> Iterator[Result]:
+                 clock: StageClock, before_decoding: Callable[[], None] = lambda: None) -> Iterator[Result]:
     """Score the waiting windows of every document together, round by round (one round per schema
-    level), and yield Results in order as documents finish. Stepping a document's loop with its
-    links counts as decoding (it also builds the next level's windows; the clock cannot split that)."""
+    level), and yield Results in order as documents finish. `before_decoding` runs once, when the
+    first round's links are back (run_documents queues the next group there). Stepping a document's
+    loop with its links counts as decoding (it also builds the next level's windows; the clock cannot
+    split that)."""
     next_out = 0
     while True:
         while next_out in g.done:
@@ -169,15 +195,22 @@ def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document
         if not g.waiting:
             p.forget([doc.text for doc in documents])
             return
-        order = list(g.waiting)
-        flat = [w for i in order for w in g.waiting[i]]
-        links = scorer.score(flat, batch_size)
+        if g.scoring is None:
+            g.submit(scorer, batch_size)
+        links = g.scoring.result()
+        g.scoring = None
+        before_decoding()
+        before_decoding = _nothing
         k = 0
         with clock.stage("decode"):
-            for i in order:
+            for i in list(g.waiting):
                 n = len(g.waiting[i])
                 g.advance(i, links[k:k + n])
                 k += n
+
+
+def _nothing() -> None:
+    pass
 
 
 def to_result(doc: Document, tuples: list[list[Span]]) -> Result:

@@ -114,42 +114,17 @@ class WindowScorer:
     # ------------------------------------------------------------ batching
 
     def score(self, windows: Sequence[Window], batch_size: int) -> list[Links]:
-        """Links of every window. Batches are pipelined: batch i+1 is packed and queued on the device
-        before batch i's links are read back, so the host's work overlaps the device's. A batch that
-        runs out of GPU memory is halved and retried (never dropped), and the run report says so."""
+        """Links of every window (a Scoring's result): the device's batches pipelined with the host."""
+        return self.submit(windows, batch_size).result()
+
+    def submit(self, windows: Sequence[Window], batch_size: int, ahead: int = 0) -> "Scoring":
+        """Start scoring `windows`: up to `ahead` batches are queued on the device now, the rest when
+        the Scoring's result is asked for. The caller does host work meanwhile (run_documents decodes
+        the previous group), so the device is not idle while it does."""
         self.batch_rows = batch_size
-        out: list[Links | None] = [None] * len(windows)
-        todo = [[[windows[i] for i in row] for row in rows] + [rows]
-                for rows in arrange([len(w.ids) for w in windows], batch_size, self.knobs.unpad)]
-        todo.reverse()
-        in_flight: InFlight | None = None
-        while todo:
-            *rows, index = todo.pop()
-            try:
-                launched = self.launch(rows)
-            except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-                if not is_out_of_memory(e) or len(rows) == 1:
-                    raise
-                if in_flight is not None:                      # free its memory before retrying
-                    self.collect(in_flight, out)
-                    in_flight = None
-                if self.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                half = (len(rows) + 1) // 2
-                self.report_backoff(half)
-                todo.append(rows[half:] + [index[half:]])
-                todo.append(rows[:half] + [index[:half]])
-                continue
-            launched.index = index
-            if in_flight is not None:
-                self.collect(in_flight, out)
-            in_flight = launched
-            if not self.pipelined:
-                self.collect(in_flight, out)
-                in_flight = None
-        if in_flight is not None:
-            self.collect(in_flight, out)
-        return out  # type: ignore[return-value]
+        scoring = Scoring(self, windows, batch_size)
+        scoring.launch(ahead)
+        return scoring
 
     def report_backoff(self, rows: int) -> None:
         clock = self.clock() if self.clock else IDLE
@@ -417,3 +392,56 @@ class CapturedForward:
             dst.copy_(src)
         self.graph.replay()
         return self.out
+
+
+class Scoring:
+    """One set of windows through the device, batch by batch: launched ahead, read back in order.
+
+    Batch i+1 is packed and queued before batch i's links are read back, so the host's work overlaps
+    the device's. A batch that runs out of GPU memory is halved and retried (never dropped), after
+    what is in flight has been read back to free its memory, and the run report says so."""
+
+    def __init__(self, scorer: WindowScorer, windows: Sequence[Window], batch_size: int):
+        self.scorer = scorer
+        self.out: list[Links | None] = [None] * len(windows)
+        self.todo = [[[windows[i] for i in row] for row in rows] + [rows]
+                     for rows in arrange([len(w.ids) for w in windows], batch_size, scorer.knobs.unpad)]
+        self.todo.reverse()
+        self.in_flight: list[InFlight] = []
+
+    def launch(self, up_to: int) -> None:
+        """Queue batches until `up_to` are in flight (or none is left)."""
+        while self.todo and len(self.in_flight) < up_to:
+            self.launch_next()
+
+    def launch_next(self) -> None:
+        *rows, index = self.todo.pop()
+        try:
+            launched = self.scorer.launch(rows)
+        except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+            if not is_out_of_memory(e) or len(rows) == 1:
+                raise
+            self.collect_all()                                    # free their memory before retrying
+            if self.scorer.device.type == "cuda":
+                torch.cuda.empty_cache()
+            half = (len(rows) + 1) // 2
+            self.scorer.report_backoff(half)
+            self.todo.append(rows[half:] + [index[half:]])
+            self.todo.append(rows[:half] + [index[:half]])
+            return
+        launched.index = index
+        self.in_flight.append(launched)
+
+    def collect_all(self) -> None:
+        while self.in_flight:
+            self.scorer.collect(self.in_flight.pop(0), self.out)
+
+    def result(self) -> list[Links]:
+        # One batch queued behind the one being read back; the "before" path reads each back at once.
+        depth = 1 if self.scorer.pipelined else 0
+        while self.todo:
+            self.launch_next()
+            while len(self.in_flight) > depth:
+                self.scorer.collect(self.in_flight.pop(0), self.out)
+        self.collect_all()
+        return self.out  # type: ignore[return-value]

@@ -89,9 +89,36 @@ def test_document_groups_start_with_one_batch_and_keep_input_order(batch_size, s
     assert [d for g in groups for d in g] == docs
 
 
-def test_results_follow_input_order_across_growing_groups(rex_model):
-    docs = [Document(str(i), t, NER) for i, t in enumerate(["张三在北京。", "", "李四", " "] * 10)]
-    assert [r.document_id for r in rex_model.extract(docs, batch_size=2)] == [d.id for d in docs]
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_results_follow_input_order_across_growing_groups(rex_model, batch_size):
+    # batch 1: the second group holds blank texts only, so it has nothing for the device
+    docs = [Document(str(i), t, NER) for i, t in enumerate(["张三在北京。", "", " ", "李四"] * 10)]
+    assert [r.document_id for r in rex_model.extract(docs, batch_size=batch_size)] == [d.id for d in docs]
+
+
+def test_the_next_groups_first_batches_are_queued_before_a_group_is_decoded(rex_model, monkeypatch):
+    """The device works while the host decodes: group k + 1's first windows are launched before any of
+    group k's Results exists, and the outputs stay those of one window at a time."""
+    from plugins.rexuninlu import pipeline
+    docs = [Document(str(i), f"第{i}号：张三在北京{'见到了李四' * (i % 5)}。", NER) for i in range(30)]
+    events: list[tuple[str, set]] = []
+    real_launch, real_result = rex_model.scorer.launch, pipeline.to_result
+
+    def launch(rows):
+        events.append(("launch", {w.text for row in rows for w in row}))
+        return real_launch(rows)
+    monkeypatch.setattr(rex_model.scorer, "launch", launch)
+    monkeypatch.setattr(pipeline, "to_result", lambda doc, tuples: (events.append(("result", {doc.text})),
+                                                                    real_result(doc, tuples))[1])
+    got = [r.to_json()["output"] for r in rex_model.extract(docs, batch_size=2)]
+    groups = pipeline.document_groups(docs, 2)
+    for k in range(len(groups) - 1):
+        first_result = next(i for i, (kind, texts) in enumerate(events)
+                            if kind == "result" and texts <= {d.text for d in groups[k]})
+        queued = set().union(*(texts for kind, texts in events[:first_result] if kind == "launch"))
+        assert queued & {d.text for d in groups[k + 1]}, f"group {k + 1} was not queued before group {k} decoded"
+    monkeypatch.undo()
+    assert_same_outputs(got, outputs(rex_model, docs, 1), ONE_STEP)
 
 
 def test_windows_holding_layout_lists_pack_like_the_pipelines_arrays(rex_model):
@@ -158,9 +185,9 @@ def test_200k_character_text_scores_in_bounded_steps(rex_model, monkeypatch):
     [TYPE] to each window's first 组织机构 span, so offsets are checked across 400+ windows."""
     from plugins.rexuninlu import pipeline, scoring
     seen = []
-    original = scoring.WindowScorer.score
-    monkeypatch.setattr(scoring.WindowScorer, "score",
-                        lambda self, ws, bs: (seen.append(len(ws)), original(self, ws, bs))[1])
+    original = scoring.WindowScorer.submit
+    monkeypatch.setattr(scoring.WindowScorer, "submit",
+                        lambda self, ws, bs, ahead=0: (seen.append(len(ws)), original(self, ws, bs, ahead))[1])
 
     def stand_in(ids, pos, mask, valid, segments=None, codes=None):
         logits = torch.full(ids.shape + ids.shape[-1:], -1.0)
