@@ -5,7 +5,7 @@ spans with [start, end) character offsets into the document text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import orjson
@@ -30,6 +30,9 @@ class WeightsError(RuntimeError):
     """Missing, corrupt or mismatched model weights."""
 
 
+_new_object, _set_attribute = object.__new__, object.__setattr__     # Span.located's, looked up once
+
+
 @dataclass(frozen=True)
 class Span:
     type: str
@@ -50,10 +53,13 @@ class Span:
     @classmethod
     def located(cls, type: str, span: str, offset: tuple[int, int], confidence: float | None = None) -> "Span":
         """The same as Span(type, span, offset, confidence), for decoders that build hundreds of thousands: a
-        frozen dataclass's __init__ sets each field through object.__setattr__, which costs twice this."""
-        s = object.__new__(cls)
-        object.__setattr__(s, "__dict__", {"type": type, "span": span, "offset": offset, "confidence": confidence,
-                                           "grounded": None})
+        frozen dataclass's __init__ sets each field through object.__setattr__, which costs twice this.
+
+        Its __dict__ holds only what to_json() emits, in that order (the class defaults answer the rest), so
+        Result.to_json_text hands it to orjson as it is."""
+        s = _new_object(cls)
+        _set_attribute(s, "__dict__", {"type": type, "span": span, "offset": offset} if confidence is None
+                       else {"type": type, "span": span, "offset": offset, "confidence": confidence})
         return s
 
     @property
@@ -67,6 +73,10 @@ class Span:
         off = d.get("offset")
         return cls(d["type"], d["span"], tuple(off) if off is not None else None, d.get("confidence"),
                    d.get("grounded"))
+
+
+# A span the constructor made holds every field in its __dict__; a located one only what to_json() emits.
+_ALL_FIELDS = len(fields(Span))
 
 
 @dataclass
@@ -93,14 +103,25 @@ class Result:
 
     def without_empty_spans(self) -> "Result":
         """Project decision: a tuple that holds an empty span is no extraction, so it is dropped whole."""
-        # One flat pass first: a document can hold thousands of spans and nearly always none is empty.
-        if not any([s.empty for t in self.tuples for s in t]):
+        # One flat pass first: a document can hold thousands of spans and nearly always none is empty. Span.empty
+        # is spelled out in it, because calling the property per span cost more than the rest of the test.
+        if not any([(o := s.offset) is not None and (o[1] <= o[0] or not s.span) for t in self.tuples for s in t]):
             return self
         return replace(self, tuples=[t for t in self.tuples if not any(s.empty for s in t)])
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.document_id,
-                               "output": [[s.to_json() for s in t] for t in self.tuples]}
+        return self._with_extras({"id": self.document_id, "output": [[s.to_json() for s in t] for t in self.tuples]})
+
+    def to_json_text(self) -> str:
+        """`to_json()` as compact JSON text on one line, not ASCII-escaped: what the CLI and the API write as
+        JSON Lines and corpus runs store. orjson, because on dense outputs json.dumps cost more than decoding.
+
+        A located span's __dict__ already is its to_json() (orjson writes the offset tuple as an array), so it
+        goes to orjson as it is; a span the constructor made holds all five fields and goes through to_json()."""
+        output = [[d if len(d := vars(s)) < _ALL_FIELDS else s.to_json() for s in t] for t in self.tuples]
+        return orjson.dumps(self._with_extras({"id": self.document_id, "output": output})).decode()
+
+    def _with_extras(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.raw is not None:
             out["raw"] = self.raw
         if self.warnings:
@@ -108,11 +129,6 @@ class Result:
         if self.coverage is not None:
             out["coverage"] = [list(r) for r in self.coverage]
         return out
-
-    def to_json_text(self) -> str:
-        """`to_json()` as compact JSON text on one line, not ASCII-escaped: what the CLI and the API write as
-        JSON Lines and corpus runs store. orjson, because on dense outputs json.dumps cost more than decoding."""
-        return orjson.dumps(self.to_json()).decode()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Result":

@@ -100,29 +100,26 @@ def _weakest_link(probs: dict, head: int, tail: int, t_tok: int) -> float:
     return round(min(probs[head, tail], probs[head, t_tok], probs[t_tok, tail]), 4)
 
 
-def _typed_matches(window: Window, links: Links) -> list[tuple[tuple, int, int, float | None]]:
-    """((prefix, type), a, b, confidence) of each typed span, from device-paired hits when there are any.
-    The confidence is None when the links came without probabilities."""
-    if links.typed is None:
-        spans, heads, tails = _link_maps(window, links)
-        probs = None if links.link_probs is None else dict(zip(zip(links.rows, links.cols), links.link_probs))
-        token_of = {key: tok for tok, key in type_tokens(window).items()}
-        return [((prefix, t), a, b, None if probs is None else _weakest_link(probs, head, tail, token_of[(prefix, t)]))
-                for head, tail, prefix, t, (a, b) in _matches(window, spans, heads, tails)]
-    # The hot loop of dense outputs (hundreds of spans per document): one pass, no per-span calls but
-    # for a head on a space, which _char_span resolves exactly as the reference does.
-    token_type, offsets, text = type_tokens(window), window.offsets, window.text
-    n, out = len(text), []
-    for head, tail, tok, conf in links.typed:
-        key = token_type.get(tok)
-        if key is None:                              # a [TYPE] token no type registered (never linked)
-            continue
-        a = offsets[head][0]
-        if a < n and text[a] != " ":
-            out.append((key, a, offsets[tail][1], conf))
-        elif (ab := _char_span(window, head, tail)) is not None:
-            out.append((key, *ab, conf))
-    return out
+def _typed_hits(window: Window, links: Links) -> Sequence[tuple[int, int, int, float | None]]:
+    """(head, tail, [TYPE] token, confidence) of each typed span, in decoding's order: the device-paired hits
+    as they came, or paired here from rows/cols. The confidence is None when the links came without probabilities."""
+    if links.typed is not None:
+        return links.typed
+    spans, heads, tails = _link_maps(window, links)
+    probs = None if links.link_probs is None else dict(zip(zip(links.rows, links.cols), links.link_probs))
+    token_of = {key: tok for tok, key in type_tokens(window).items()}
+    return [(head, tail, token_of[key], None if probs is None else _weakest_link(probs, head, tail, token_of[key]))
+            for head, tail in spans for key in window.hint.type_chars
+            if head in heads[key] and tail in tails[key]]
+
+
+def _kind(key: tuple, level_map: dict, legal: set, confidences: dict) -> tuple:
+    """What every span of one (prefix, type) shares: (type, sub-schema, the prefix's elements as Spans, whether
+    the full type path is one the schema asks for, prefix). A prefix's confidence is from an earlier level:
+    fixed here."""
+    prefix, t = key
+    head = [Span.located(e[0].strip(), e[1], tuple(e[2]), confidences.get(prefix[:i + 1])) for i, e in enumerate(prefix)]
+    return t, level_map[prefix][t], head, tuple(s.type for s in head) + (t,) in legal, prefix
 
 
 def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next_map: dict,
@@ -135,25 +132,34 @@ def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next
     next level once, so it carries the highest of their confidences.
     """
     confidences = {} if confidences is None else confidences
-    text, out = window.text, []
-    # What is the same for every span of one (prefix, type): its sub-schema, its prefix elements and whether
-    # the full type path is one the schema asks for. A prefix's confidence is from an earlier level: fixed here.
-    per_key: dict[tuple, tuple] = {}
-    for key, a, b, conf in _typed_matches(window, links):
-        shared = per_key.get(key)
-        if shared is None:
-            prefix, t = key
-            head = [Span(e[0].strip(), e[1], tuple(e[2]), confidences.get(prefix[:i + 1])) for i, e in enumerate(prefix)]
-            shared = per_key[key] = (prefix, t, level_map[prefix][t], head, tuple(s.type for s in head) + (t,) in legal)
-        prefix, t, sub, head, wanted = shared
-        span = text[a:b]
+    token_type, kinds = type_tokens(window), {}                     # [TYPE] token -> _kind, as they come
+    offsets, text, located, out = window.offsets, window.text, Span.located, []
+    # A character read alone is a new string (but for Latin-1), so a text without spaces skips that test.
+    n, spaced = len(text), " " in text
+    # The hot loop of dense outputs (hundreds of spans per document): one pass, no per-span calls but the
+    # Span's and, for a head on a space, _char_span, which resolves it exactly as the reference does.
+    for head, tail, tok, conf in _typed_hits(window, links):
+        kind = kinds.get(tok)
+        if kind is None:
+            key = token_type.get(tok)
+            if key is None:                          # a [TYPE] token no type registered (never linked)
+                continue
+            kind = kinds[tok] = _kind(key, level_map, legal, confidences)
+        a = offsets[head][0]
+        if a >= n or spaced and text[a] == " ":
+            ab = _char_span(window, head, tail)
+            if ab is None:
+                continue
+            a = ab[0]
+        b = offsets[tail][1]
+        t, sub, head_spans, wanted, prefix = kind
         if sub:
-            path = prefix + ((t, span, (a, b)),)
+            path = prefix + ((t, text[a:b], (a, b)),)
             next_map[path] = sub
             if conf is not None:
                 confidences[path] = max(conf, confidences.get(path, conf))
         if wanted:
-            out.append([*head, Span.located(t, span, (a, b), conf)])
+            out.append([*head_spans, located(t, text[a:b], (a, b), conf)])
     return out
 
 

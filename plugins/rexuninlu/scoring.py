@@ -357,8 +357,26 @@ def typed_per_window(typed: np.ndarray, confidence: np.ndarray, n: int) -> list[
     typed, confidence = typed[order], confidence[order]
     bounds = np.searchsorted(typed[:, 0], np.arange(n + 1)).tolist()
     heads, tails, tokens = typed[:, 1].tolist(), typed[:, 2].tolist(), typed[:, 3].tolist()
-    rounded = [round(c, 4) for c in confidence.tolist()]
+    rounded = to_4_places(confidence)
     return [list(zip(heads[lo:hi], tails[lo:hi], tokens[lo:hi], rounded[lo:hi])) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def to_4_places(probabilities: np.ndarray) -> list[float]:
+    """[round(p, 4) for p in probabilities], to the last bit, with array operations (on dense outputs Python's
+    round cost more than the rest of the read-back).
+
+    round(p, 4) is the double nearest to k / 10^4, k the integer nearest to p * 10^4 exactly (ties to even).
+    Here p * 1e4 is rounded to a double first, off the exact product by at most half an ulp (under 1e-12
+    while |p| <= 1), so its rint is that k unless it lies that close to a half; k / 1e4, an IEEE division,
+    is the nearest double again. The few values near a half take round() itself, as does anything that is
+    not a probability."""
+    p = np.asarray(probabilities, np.float64)
+    scaled = np.where(np.abs(p) <= 1, p, np.nan) * 1e4        # not a probability: NaN, so unsure below
+    k = np.rint(scaled)
+    out = (k / 1e4).tolist()
+    for i in np.flatnonzero(~(np.abs(scaled - k) <= 0.4999)).tolist():
+        out[i] = round(float(p[i]), 4)
+    return out
 
 
 class CapturedForward:

@@ -1,4 +1,6 @@
 """Decoding on hand-built links: the model is replaced by a scorer that links chosen spans."""
+import dataclasses
+
 import torch
 
 from plugins.rexuninlu.decoding import Links, best_of_hint, decode_spans, final_selection, type_tokens
@@ -74,6 +76,27 @@ def test_leading_spaces_are_skipped_in_offsets(rex_model):
     text = "abc  def"
     out = drive(rex_model.prompter, text, {"词": None}, linker({("词", 5, 8)}))
     assert out == [[{"type": "词", "span": "def", "offset": [5, 8]}]]
+
+
+def test_spans_paired_on_the_device_follow_the_references_rules(rex_model):
+    """Device-paired hits: a head on a space moves to the next character, a head past the text and a [TYPE]
+    token no type registered give nothing, a tail on the final [SEP] gives the reference's empty [start, 0]."""
+    text, schema = "abc  def 张三", {"词": None, "人": None}
+    [window] = document_run(rex_model.prompter, text, schema).send(None)
+    person, word = (next(t for t, (_, ty) in type_tokens(window).items() if ty == name) for name in ("人", "词"))
+    a, c, d, f, zhang, san = (token_at(window, i) for i in (0, 2, 5, 7, 9, 10))
+    sep = len(window.ids) - 1
+    offsets = list(window.offsets)
+    offsets[d], offsets[san] = (3, 6), (len(text), len(text))                 # d's token starts on a space; 三 past the end
+    window = dataclasses.replace(window, offsets=offsets)
+    hits = [(a, c, word, 0.9), (d, f, person, 0.8), (san, san, word, 0.7), (zhang, san, min(person, word) - 1, 0.6),
+            (zhang, sep, word, 0.55), (zhang, san, person, 0.51)]
+    out = decode_spans(window, Links([], [], None, hits), {(): schema}, legal_paths(schema), {})
+    assert [[s.to_json() for s in t] for t in out] == [
+        [{"type": "词", "span": "abc", "offset": [0, 3], "confidence": 0.9}],
+        [{"type": "人", "span": "def", "offset": [5, 8], "confidence": 0.8}],
+        [{"type": "词", "span": "", "offset": [9, 0], "confidence": 0.55}],
+        [{"type": "人", "span": "张三", "offset": [9, 11], "confidence": 0.51}]]
 
 
 def weighted_linker(wanted):

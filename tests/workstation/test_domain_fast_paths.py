@@ -1,30 +1,67 @@
 """The domain's fast paths for dense outputs are the same values as the plain ones."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import pickle
 
+import orjson
 import pytest
 
 from contracts.domain import Result, Span
 
+LOCATED = [Span.located("人物", "张三", (3, 5), 0.9731), Span.located("x", "y", (0, 1))]      # with, without confidence
 
-def test_a_located_span_is_the_span_its_constructor_makes():
-    fast, plain = Span.located("人物", "张三", (3, 5), 0.9731), Span("人物", "张三", (3, 5), 0.9731)
+
+@pytest.mark.parametrize("fast", LOCATED, ids=["confidence", "no-confidence"])
+def test_a_located_span_is_the_span_its_constructor_makes(fast):
+    plain = Span(fast.type, fast.span, fast.offset, fast.confidence)
     assert fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
-    assert dataclasses.asdict(fast) == dataclasses.asdict(plain) and fast.to_json() == plain.to_json()
-    assert Span.located("x", "y", (0, 1)) == Span("x", "y", (0, 1))           # no confidence
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.span = "李四"
+    assert (fast.confidence, fast.grounded) == (plain.confidence, plain.grounded)
+    assert dataclasses.asdict(fast) == dataclasses.asdict(plain) and dataclasses.astuple(fast) == dataclasses.astuple(plain)
+    assert fast.to_json() == plain.to_json() and not fast.empty
+    assert dataclasses.replace(fast, span="李四") == dataclasses.replace(plain, span="李四")
+    for again in (pickle.loads(pickle.dumps(fast)), copy.copy(fast), copy.deepcopy(fast)):
+        assert again == plain and again.to_json() == plain.to_json()
+    for name in ("span", "confidence", "grounded"):                 # fields it holds and fields it leaves out
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(fast, name, None)
 
 
-def test_json_text_is_to_json_on_one_line():
-    result = Result("7", [[Span("组织机构", "中央电视台", (0, 5), 0.8), Span("创始人(人物)", "张三\n\"x\"", (6, 8))],
-                          [Span("正向", "[CLASSIFY]", (0, 10), 0.5)], [Span("人物", "王五", None, grounded=False)]],
-                    raw=["原文"], warnings=["cut"], coverage=[(0, 12)])
+@pytest.mark.parametrize("fast", LOCATED, ids=["confidence", "no-confidence"])
+def test_a_located_span_holds_exactly_what_to_json_emits(fast):
+    """Result.to_json_text hands a located span's __dict__ to orjson as it is: same keys, same order."""
+    assert list(vars(fast)) == list(fast.to_json())
+    assert orjson.dumps(vars(fast)) == orjson.dumps(fast.to_json())
+
+
+def old_json_text(result: Result) -> str:
+    """to_json_text as it was before the fast path: the definition the fast path must keep to the byte."""
+    return orjson.dumps(result.to_json()).decode()
+
+
+def every_kind_of_result() -> list[Result]:
+    located = Span.located("组织机构", "中央电视台", (0, 5), 0.8)
+    plain = Span("创始人(人物)", "张三\n\"x\"", (6, 8))
+    return [
+        Result("7", [[located, plain], [Span("正向", "[CLASSIFY]", (0, 10), 0.5)], [Span("人物", "王五", None, grounded=False)]],
+               raw=["原文"], warnings=["cut"], coverage=[(0, 12)]),
+        Result("rex", [[Span.located("人物", "张三", (0, 2), 0.9731)], [Span.located("地点", "北京", (3, 5))],
+                       [located, Span.located("创始人(人物)", "张三", (6, 8), 0.6)]], coverage=[(0, 12)]),
+        Result("seqgpt", [[Span("人物", "李四", (1, 3), grounded=True)], [Span("地点", "火星", None, grounded=False)],
+                          [Span("label", "体育", None, 0.5, True)]], raw=["人物: 李四", "地点: 火星"], coverage=[(0, 4)]),
+        Result("copied", [[pickle.loads(pickle.dumps(located)), dataclasses.replace(located, confidence=None),
+                           Span.from_json(located.to_json()), copy.deepcopy(Span.located("x", "y", (0, 1)))]]),
+        Result("empty"), Result("blank tuple", [[]], coverage=[]),
+    ]
+
+
+@pytest.mark.parametrize("result", every_kind_of_result(), ids=lambda r: r.document_id)
+def test_json_text_is_to_json_on_one_line_to_the_byte(result):
     text = result.to_json_text()
-    assert "\n" not in text and "张三" in text                               # one line, not ASCII-escaped
-    assert json.loads(text) == result.to_json()
+    assert text == old_json_text(result)
+    assert "\n" not in text and json.loads(text) == result.to_json()
     assert Result.from_json(json.loads(text)) == result
 
 
@@ -34,3 +71,12 @@ def test_without_empty_spans_drops_whole_tuples_only_when_one_is_empty():
     assert result.without_empty_spans().tuples == [good]
     clean = Result("2", [good])
     assert clean.without_empty_spans() is clean
+
+
+@pytest.mark.parametrize("span", [Span("x", "", (3, 0)), Span("x", "ab", (2, 2)), Span("x", "", (0, 2)),
+                                  Span("x", "ab", (5, 1)), Span.located("x", "", (3, 0), 0.6), Span("x", "ab", (0, 2)),
+                                  Span.located("x", "ab", (0, 2)), Span("正向情感", "", None), Span("x", "ab", None)])
+def test_without_empty_spans_tests_each_span_as_span_empty_does(span):
+    good = [Span("人物", "张三", (0, 2))]
+    result = Result("1", [good, [span]])
+    assert result.without_empty_spans().tuples == ([good] if span.empty else [good, [span]])
