@@ -180,8 +180,12 @@ def start_group(p: Prompter, documents: Sequence[Document], clock: StageClock) -
         return group
 
 
+def _nothing() -> None:
+    pass
+
+
 def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document], g: Group, batch_size: int,
-                 clock: StageClock, before_decoding: Callable[[], None] = lambda: None) -> Iterator[Result]:
+                 clock: StageClock, before_decoding: Callable[[], None] = _nothing) -> Iterator[Result]:
     """Score the waiting windows of every document together, round by round (one round per schema
     level), and yield Results in order as documents finish. `before_decoding` runs once, when the
     first round's links are back (run_documents queues the next group there). Stepping a document's
@@ -207,10 +211,6 @@ def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document
                 n = len(g.waiting[i])
                 g.advance(i, links[k:k + n])
                 k += n
-
-
-def _nothing() -> None:
-    pass
 
 
 def to_result(doc: Document, tuples: list[list[Span]]) -> Result:
