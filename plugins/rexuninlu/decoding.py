@@ -108,9 +108,8 @@ def _typed_hits(window: Window, links: Links) -> Sequence[tuple[int, int, int, f
     spans, heads, tails = _link_maps(window, links)
     probs = None if links.link_probs is None else dict(zip(zip(links.rows, links.cols), links.link_probs))
     token_of = {key: tok for tok, key in type_tokens(window).items()}
-    return [(head, tail, token_of[key], None if probs is None else _weakest_link(probs, head, tail, token_of[key]))
-            for head, tail in spans for key in window.hint.type_chars
-            if head in heads[key] and tail in tails[key]]
+    return [(head, tail, tok := token_of[prefix, t], None if probs is None else _weakest_link(probs, head, tail, tok))
+            for head, tail, prefix, t, _ in _matches(window, spans, heads, tails)]
 
 
 def _kind(key: tuple, level_map: dict, legal: set, confidences: dict) -> tuple:

@@ -439,7 +439,7 @@ class Scoring:
         except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
             if not is_out_of_memory(e) or len(rows) == 1:
                 raise
-            self.collect_all()                                    # free their memory before retrying
+            self.read_back()                                      # free their memory before retrying
             if self.scorer.device.type == "cuda":
                 torch.cuda.empty_cache()
             half = (len(rows) + 1) // 2
@@ -450,8 +450,9 @@ class Scoring:
         launched.index = index
         self.in_flight.append(launched)
 
-    def collect_all(self) -> None:
-        while self.in_flight:
+    def read_back(self, keep: int = 0) -> None:
+        """Collect the oldest batches in flight until `keep` are left."""
+        while len(self.in_flight) > keep:
             self.scorer.collect(self.in_flight.pop(0), self.out)
 
     def result(self) -> list[Links]:
@@ -459,7 +460,6 @@ class Scoring:
         depth = 1 if self.scorer.pipelined else 0
         while self.todo:
             self.launch_next()
-            while len(self.in_flight) > depth:
-                self.scorer.collect(self.in_flight.pop(0), self.out)
-        self.collect_all()
+            self.read_back(keep=depth)
+        self.read_back()
         return self.out  # type: ignore[return-value]
