@@ -15,6 +15,8 @@ process committed in between, and no timeout helps with that.
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -34,6 +36,21 @@ def is_busy(error: BaseException) -> bool:
     return "database is locked" in text or "database table is locked" in text or "database is busy" in text
 
 
+def _switch_to_wal(cursor, timeout_s: float) -> None:
+    """PRAGMA journal_mode=WAL, waiting for the lock it needs. While another connection is switching a new
+    file at the same moment, SQLite answers "database is locked" at once, without its busy handler, so
+    the wait is ours: retried until busy_timeout has passed, as any other lock wait would be."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if not is_busy(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def create_sqlite_engine(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> Engine:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,9 +60,9 @@ def create_sqlite_engine(path: Path, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> 
     def _on_connect(dbapi_connection, connection_record):
         dbapi_connection.isolation_level = None          # we emit BEGIN ourselves (see above)
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        _switch_to_wal(cursor, busy_timeout_ms / 1000)
+        cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 

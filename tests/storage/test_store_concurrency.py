@@ -95,3 +95,30 @@ def test_processes_and_a_thread_write_the_same_file_at_once(store, tmp_path):
         assert child.returncode == 0, err
     assert store.count_runs(source="cli") == 120 and store.count_runs() == 160
     assert store.count_runs(text="child 2 run 39") == 1
+
+
+class SwitchingCursor:
+    """Answers PRAGMA journal_mode=WAL with the given errors first, as SQLite does to a connection that
+    switches a new file while another one is switching it."""
+
+    def __init__(self, *errors):
+        self.errors, self.calls = list(errors), 0
+
+    def execute(self, sql):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+
+
+def test_switching_to_wal_waits_out_a_lock_sqlite_does_not_wait_for():
+    from storage.database import _switch_to_wal
+    locked = sqlite3.OperationalError("database is locked")
+    cursor = SwitchingCursor(locked, locked, locked)
+    _switch_to_wal(cursor, timeout_s=5)
+    assert cursor.calls == 4
+    with pytest.raises(sqlite3.OperationalError, match="locked"):      # not forever: busy_timeout's worth
+        _switch_to_wal(SwitchingCursor(*[locked] * 1000), timeout_s=0.05)
+    other = SwitchingCursor(sqlite3.OperationalError("disk I/O error"))
+    with pytest.raises(sqlite3.OperationalError, match="disk"):         # anything else is not waited on
+        _switch_to_wal(other, timeout_s=5)
+    assert other.calls == 1
