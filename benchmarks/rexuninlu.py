@@ -64,12 +64,13 @@ VARIANTS = {                          # name -> (dtype, attention, cuda_graphs)
 }
 
 
-def configure(model, dtype, attention, graphs, unpad=False):
+def configure(model, dtype, attention, graphs, unpad=False, host_workers=0):
     """Set knobs directly: the benchmark compares kernels the plugins would choose between
     (fp32 + "triton" is forced here, to measure why the model falls back to SDPA in fp32)."""
     if model.knobs.dtype != dtype:
         model.set_dtype(dtype)
     model.knobs.attention, model.knobs.cuda_graphs, model.knobs.unpad = attention, graphs, unpad
+    model.knobs.host_workers = host_workers
     model.network.attention_backend = attention
     model.scorer.graphs.clear()
 
@@ -147,6 +148,7 @@ def rex_e2e(args) -> dict:
     """
     from benchmarks import save
     from benchmarks.density import DENSITIES, calibrate
+    from plugins.optimizations.host_workers import default_workers
     device = engine.resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False
     weights = Path(args.weights) if args.weights else demo_weights(args, "rexuninlu")
@@ -154,13 +156,17 @@ def rex_e2e(args) -> dict:
     docs = [Document(str(i), t, NER_SCHEMA) for i, t in enumerate(mixed_texts(args.docs, args.seed))]
     sample = [Document(f"c{i}", t, NER_SCHEMA) for i, t in enumerate(mixed_texts(min(48, args.docs), args.seed + 1))]
     big = max(args.batch_sizes)
+    workers = args.host_workers or default_workers()
     plan = [("fp32 eager, one window at a time (traditional), before", 1, ("fp32", "eager", False, False), False),
             (f"fp32 eager, batch {big}, before", big, ("fp32", "eager", False, False), False),
             (f"fp32 eager, batch {big}", big, ("fp32", "eager", False, False), True),
             (f"lossless stack fp32: sdpa + sparse mask + cuda graphs, batch {big}", big, ("fp32", "sdpa", True, True), True),
             (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}, before", big,
              ("bf16", "triton", True, True), False),
-            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}", big, ("bf16", "triton", True, True), True)]
+            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}", big, ("bf16", "triton", True, True), True),
+            (f"fp32 eager + host workers, batch {big}", big, ("fp32", "eager", False, False, workers), True),
+            (f"full stack bf16: triton + sparse mask + cuda graphs + host workers, batch {big}", big,
+             ("bf16", "triton", True, True, workers), True)]
     if args.variants:      # the baseline always runs; "before" rows only when a chosen name says "before"
         def chosen(name: str) -> bool:
             return any(v in name for v in args.variants) and (
@@ -169,7 +175,7 @@ def rex_e2e(args) -> dict:
     tables: list[dict] = []
     result = {"benchmark": "rex-e2e", "env": environment(device), "weights": str(weights),
               "demo_weights": model.is_demo, "documents": len(docs), "characters": sum(len(d.text) for d in docs),
-              "device_time": "CUDA events on the run's stream", "tables": tables}
+              "device_time": "CUDA events on the run's stream", "host_workers": workers, "tables": tables}
     for density in args.densities or list(DENSITIES):
         configure(model, "fp32", "eager", False)
         calibration = calibrate(model, sample, DENSITIES[density])
@@ -178,9 +184,9 @@ def rex_e2e(args) -> dict:
         for name, batch, knobs, rebuilt in plan:
             configure(model, *knobs)
             model.scorer.pipelined = model.scorer.device_pairing = rebuilt
-            # Warm-up: kernels compiled, and with CUDA graphs every shape the run meets captured (a
-            # workstation captures each once per session; 64 documents left some to the timed run).
-            engine.run(model, docs if knobs[2] else docs[:64], batch, keep_results=False)
+            # Warm-up: kernels compiled, with CUDA graphs every shape the run meets captured (a workstation
+            # captures each once per session; 64 documents left some to the timed run), host workers started.
+            engine.run(model, docs if knobs[2] or knobs[4:] else docs[:64], batch, keep_results=False)
             sink: list[str] = []
             report = engine.run(model, docs, batch, keep_results=False,
                                 on_result=lambda _, r: sink.append(r.to_json_text()))

@@ -31,6 +31,8 @@ class Knobs:
     unpad:         pack sequences / bucket by length instead of padding (lossless)
     cuda_graphs:   capture static shape buckets as CUDA graphs (memory pool)
     checkpointing: gradient checkpointing of the blocks (training only)
+    host_workers:  processes that do the host's share of a run (tokenising, decoding, serialising) while
+                   the run's own process feeds the device; 0: all of it in the run's own process
     """
 
     dtype: str = "fp32"
@@ -38,6 +40,7 @@ class Knobs:
     unpad: bool = False
     cuda_graphs: bool = False
     checkpointing: bool = False
+    host_workers: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -27,6 +27,7 @@ class Capability(StrEnum):
     CUDA_GRAPHS = "cuda_graphs"                # capture static shape buckets (memory pool)
     CHECKPOINTING = "checkpointing"            # gradient checkpointing (fine-tuning)
     REDUCED_PRECISION = "reduced_precision"    # fp16 / bf16 weights and activations
+    HOST_WORKERS = "host_workers"              # host work (tokenising, decoding) in worker processes
 
 
 class Kernel(StrEnum):

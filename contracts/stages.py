@@ -36,8 +36,12 @@ class StageClock:
         try:
             yield
         finally:
-            with self._lock:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Seconds spent in a stage elsewhere (a host worker process measures its own)."""
+        with self._lock:
+            self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     @contextmanager
     def device(self) -> Iterator[None]:

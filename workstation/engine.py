@@ -300,9 +300,9 @@ def _alone(model: LoadedModel) -> Iterator[None]:
 def capped(result: Result, limit: int) -> Result:
     """Keep the first `limit` tuples (0: all) and say how many were dropped. One pathological document (a
     huge line, a degenerate schema) must not produce hundreds of megabytes that every page then loads."""
-    if not limit or len(result.tuples) <= limit:
+    if not limit or result.tuple_count <= limit:
         return result
-    dropped = len(result.tuples) - limit
+    dropped = result.tuple_count - limit
     result.tuples = result.tuples[:limit]
     result.warnings.append(f"{dropped:,} more tuple(s) were dropped: at most {limit:,} are kept per document "
                            "([results] max_tuples_per_document in settings.toml)")

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
+import numpy as np
 import torch
 
 from contracts.domain import Span
@@ -26,7 +27,7 @@ INFOKEY = "[INFOKEY]"
 class Window:
     """One model input: [CLS] hint [SEP] text-window [SEP], and what decoding needs to read it back."""
 
-    ids: list[int]
+    ids: list[int]                 # (an int32 array in the copy a host worker hands the device's process)
     positions: Sequence[int]       # these three: read-only int64 arrays cut from the hint's layout
     groups: Sequence[int]          # (Prompter.window_layout), or lists
     types: Sequence[int]
@@ -38,13 +39,47 @@ class Window:
 
 
 @dataclass
+class TypedHits:
+    """One window's spans paired on the device: (head, tail, [TYPE] token) rows [n, 3] and their confidences [n].
+    Arrays, so that handing them to a host worker costs a copy, not a pickled tuple per span; iterating gives
+    (head, tail, [TYPE] token, confidence to 4 places), the form decoding reads."""
+
+    tokens: np.ndarray
+    confidence: np.ndarray
+
+    def __iter__(self):
+        return zip(*self.tokens.T.tolist(), to_4_places(self.confidence))
+
+    def __len__(self) -> int:
+        return len(self.confidence)
+
+
+def to_4_places(probabilities: np.ndarray) -> list[float]:
+    """[round(p, 4) for p in probabilities], to the last bit, with array operations (on dense outputs Python's
+    round cost more than the rest of the read-back).
+
+    round(p, 4) is the double nearest to k / 10^4, k the integer nearest to p * 10^4 exactly (ties to even).
+    Here p * 1e4 is rounded to a double first, off the exact product by at most half an ulp (under 1e-12
+    while |p| <= 1), so its rint is that k unless it lies that close to a half; k / 1e4, an IEEE division,
+    is the nearest double again. The few values near a half take round() itself, as does anything that is
+    not a probability."""
+    p = np.asarray(probabilities, np.float64)
+    scaled = np.where(np.abs(p) <= 1, p, np.nan) * 1e4        # not a probability: NaN, so unsure below
+    k = np.rint(scaled)
+    out = (k / 1e4).tolist()
+    for i in np.flatnonzero(~(np.abs(scaled - k) <= 0.4999)).tolist():
+        out[i] = round(float(p[i]), 4)
+    return out
+
+
+@dataclass
 class Links:
     rows: list[int]                # positive entries of logits, row-major
     cols: list[int]
     probs: torch.Tensor | None     # [n, n] sigmoid(logits) on CPU, for classification windows
     # Extraction windows scored on a device: the typed spans (head, tail, [TYPE] token, confidence)
     # already paired there, in decoding's order. None: pair them here from rows/cols.
-    typed: list[tuple[int, int, int, float]] | None = None
+    typed: TypedHits | list[tuple[int, int, int, float]] | None = None
     # sigmoid of each (row, col) link, for the confidences of spans paired here. None: no confidences.
     link_probs: list[float] | None = None
 
@@ -100,7 +135,7 @@ def _weakest_link(probs: dict, head: int, tail: int, t_tok: int) -> float:
     return round(min(probs[head, tail], probs[head, t_tok], probs[t_tok, tail]), 4)
 
 
-def _typed_hits(window: Window, links: Links) -> Sequence[tuple[int, int, int, float | None]]:
+def _typed_hits(window: Window, links: Links) -> Iterable[tuple[int, int, int, float | None]]:
     """(head, tail, [TYPE] token, confidence) of each typed span, in decoding's order: the device-paired hits
     as they came, or paired here from rows/cols. The confidence is None when the links came without probabilities."""
     if links.typed is not None:

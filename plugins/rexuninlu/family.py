@@ -1,6 +1,7 @@
 """The RexUniNLU model plugin: tasks, validation, loading, and the loaded model."""
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -13,6 +14,7 @@ from plugins.rexuninlu import demo, loading
 from plugins.rexuninlu.pipeline import run_documents
 from plugins.rexuninlu.prompting import Prompter, validate_schema, validate_text
 from plugins.rexuninlu.scoring import WindowScorer
+from plugins.rexuninlu.workers import HostWorkers
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -85,7 +87,7 @@ class RexUniNLU(ModelFamily):
 class LoadedRex(LoadedModel):
     attention_backends = (Kernel.EAGER, Kernel.SDPA, Kernel.TRITON)
     capabilities = frozenset({Capability.UNPAD, Capability.CUDA_GRAPHS, Capability.CHECKPOINTING,
-                              Capability.REDUCED_PRECISION})
+                              Capability.REDUCED_PRECISION, Capability.HOST_WORKERS})
 
     def __init__(self, family: RexUniNLU, weights: Path, device: str, tokenizer, network):
         self.family, self.weights, self.device = family, weights, device
@@ -95,6 +97,7 @@ class LoadedRex(LoadedModel):
         self.prompter = Prompter(tokenizer)
         self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device, self.knobs)
         self.scorer.clock = lambda: self.clock
+        self.workers: HostWorkers | None = None          # started by the first run that uses them
 
     def set_dtype(self, dtype: str) -> None:
         if dtype not in DTYPES:
@@ -113,7 +116,23 @@ class LoadedRex(LoadedModel):
             raise InputError(f"rexuninlu takes no options {sorted(options)}")
         self.network.attention_backend = self.attention_kernel()
         self.network.plm.encoder.checkpointing = self.knobs.checkpointing
-        yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress, self.clock)
+        if not self.knobs.host_workers and self.workers is not None:      # switched off: their processes end
+            self.workers.close()
+            self.workers = None
+        if self.knobs.host_workers and len(documents) > batch_size:     # one batch's worth gains nothing
+            yield from self.host_workers().run(self.scorer, documents, batch_size, on_progress, self.clock)
+        else:
+            yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress, self.clock)
+
+    def host_workers(self) -> HostWorkers:
+        """The worker processes for the count the knob asks, kept between runs (they take seconds to start)."""
+        if self.workers is not None and self.workers.count != self.knobs.host_workers:
+            self.workers.close()
+            self.workers = None
+        if self.workers is None:
+            self.workers = HostWorkers(self.weights, self.knobs.host_workers)
+            weakref.finalize(self, self.workers.close)
+        return self.workers
 
     def attention_kernel(self) -> str:
         """The kernel that runs. Measured on an H200 (docs/benchmarks.md): the Triton kernel is the

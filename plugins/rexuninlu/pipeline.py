@@ -165,8 +165,19 @@ class Group:
             self.runs.pop(i)
             self.waiting.pop(i, None)
 
+    def windows(self) -> list[Window]:
+        return [w for i in self.waiting for w in self.waiting[i]]
+
+    def take(self, links: Sequence[Links]) -> None:
+        """Step every waiting document with the links of its windows (in windows()' order)."""
+        k = 0
+        for i in list(self.waiting):
+            n = len(self.waiting[i])
+            self.advance(i, links[k:k + n])
+            k += n
+
     def submit(self, scorer: WindowScorer, batch_size: int, ahead: int = 0) -> None:
-        self.scoring = scorer.submit([w for i in self.waiting for w in self.waiting[i]], batch_size, ahead)
+        self.scoring = scorer.submit(self.windows(), batch_size, ahead)
 
 
 def start_group(p: Prompter, documents: Sequence[Document], clock: StageClock) -> Group:
@@ -205,12 +216,8 @@ def finish_group(p: Prompter, scorer: WindowScorer, documents: Sequence[Document
         g.scoring = None
         before_decoding()
         before_decoding = _nothing
-        k = 0
         with clock.stage("decode"):
-            for i in list(g.waiting):
-                n = len(g.waiting[i])
-                g.advance(i, links[k:k + n])
-                k += n
+            g.take(links)
 
 
 def to_result(doc: Document, tuples: list[list[Span]]) -> Result:

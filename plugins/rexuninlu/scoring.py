@@ -19,7 +19,7 @@ from contracts.batching import is_out_of_memory
 from contracts.model import Knobs
 from contracts.names import Kernel
 from contracts.stages import IDLE, StageClock
-from plugins.rexuninlu.decoding import Links, Window
+from plugins.rexuninlu.decoding import Links, TypedHits, Window
 from plugins.rexuninlu.modeling import RexModel
 from plugins.rexuninlu.prompting import MAX_LEN
 
@@ -110,6 +110,7 @@ class WindowScorer:
         # each batch read back before the next is queued, spans paired on the host.
         self.pipelined, self.device_pairing = True, True
         self._side = None
+        self._staged: dict[tuple[int, int], list] = {}      # (B, L) -> pinned input buffers and their copies' events
 
     # ------------------------------------------------------------ batching
 
@@ -141,6 +142,21 @@ class WindowScorer:
             B = 1 << (B - 1).bit_length()                         # rows padded to a power of two
         return self.fill(rows, B, L)
 
+    def staging(self, B: int, L: int) -> torch.Tensor:
+        """A host buffer [7, B, L] for one batch's inputs. On a GPU it is pinned, so the copy is queued without
+        waiting, and reused once the copy that last read it is done: pinning a new one each batch (cudaHostAlloc)
+        cost milliseconds of the host's time per batch."""
+        if self.device.type != "cuda":
+            return torch.empty((7, B, L), dtype=torch.int64)
+        ring = self._staged.setdefault((B, L), [])
+        for i, (buffer, copied) in enumerate(ring):
+            if copied.query():
+                del ring[i]
+                return buffer
+        if len(ring) >= 16:                  # a bound on what waits: let the oldest go
+            ring.pop(0)
+        return torch.empty((7, B, L), dtype=torch.int64, pin_memory=True)
+
     def blank(self, rows: int, length: int) -> Packed:
         """A batch of padding only, of the given shape (graph capture needs shapes, not data)."""
         return self.fill([], rows, length)
@@ -159,7 +175,9 @@ class WindowScorer:
                 starts.append((r, at))
                 row_of.append(r * L + at)
                 at += len(w.ids)
-        buf = np.zeros((7, B, L), np.int64)                # ids, pos, grp, typ, seg, is_text, is_type
+        host = self.staging(B, L)
+        buf = host.numpy()                                 # ids, pos, grp, typ, seg, is_text, is_type
+        buf[1], buf[3], buf[5:] = 0, 0, 0
         buf[0], buf[2], buf[4] = self.pad_id, -2, -1
         if wins:
             total = int(lengths.sum())
@@ -168,7 +186,8 @@ class WindowScorer:
             slot = np.repeat(np.arange(len(wins)), lengths)
             dest = np.repeat(np.asarray(row_of, np.int64), lengths) + local
             n_hint = np.repeat(np.fromiter((w.n_hint for w in wins), np.int64, len(wins)), lengths)
-            ids = np.fromiter(chain.from_iterable(w.ids for w in wins), np.int64, total)
+            ids = (np.concatenate([w.ids for w in wins]) if isinstance(wins[0].ids, np.ndarray)  # host workers'
+                   else np.fromiter(chain.from_iterable(w.ids for w in wins), np.int64, total))
             grp = np.concatenate([w.groups for w in wins])          # arrays (Prompter.window_layout): no token loop
             flat = buf.reshape(7, B * L)
             flat[0, dest] = ids
@@ -178,10 +197,11 @@ class WindowScorer:
             flat[4, dest] = slot
             flat[5, dest] = local >= n_hint
             flat[6, dest] = (local < n_hint) & (ids == self.type_id)
-        host = torch.from_numpy(buf)
-        if self.device.type == "cuda":
-            host = host.pin_memory()
         t = host.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            copied = torch.cuda.Event()
+            copied.record()
+            self._staged.setdefault((B, L), []).append((host, copied))
         return Packed(t[0], t[1], t[2], t[3], t[4], t[5].bool(), t[6].bool(), starts=starts)
 
     # ------------------------------------------------------------ forward
@@ -349,34 +369,14 @@ class WindowScorer:
         return cls.window_local(cls.selected_links(logits, p, every_window).other.nonzero(), p.starts)
 
 
-def typed_per_window(typed: np.ndarray, confidence: np.ndarray, n: int) -> list[list[tuple]]:
-    """[K, 4] typed hits (window, head, tail, [TYPE] token) and their confidences [K] -> each window's
-    (head, tail, [TYPE] token, confidence to 4 places), in pick's order. Dense outputs carry hundreds of
-    hits per document, so they are split by window with array operations and zipped, not looped over."""
+def typed_per_window(typed: np.ndarray, confidence: np.ndarray, n: int) -> list[TypedHits]:
+    """[K, 4] typed hits (window, head, tail, [TYPE] token) and their confidences [K] -> each window's TypedHits,
+    in pick's order. Dense outputs carry hundreds of hits per document, so they are split by window with array
+    operations (views, no copies), and become Python numbers only where they are decoded."""
     order = np.argsort(typed[:, 0], kind="stable")          # by window; pick's order within each
     typed, confidence = typed[order], confidence[order]
     bounds = np.searchsorted(typed[:, 0], np.arange(n + 1)).tolist()
-    heads, tails, tokens = typed[:, 1].tolist(), typed[:, 2].tolist(), typed[:, 3].tolist()
-    rounded = to_4_places(confidence)
-    return [list(zip(heads[lo:hi], tails[lo:hi], tokens[lo:hi], rounded[lo:hi])) for lo, hi in zip(bounds, bounds[1:])]
-
-
-def to_4_places(probabilities: np.ndarray) -> list[float]:
-    """[round(p, 4) for p in probabilities], to the last bit, with array operations (on dense outputs Python's
-    round cost more than the rest of the read-back).
-
-    round(p, 4) is the double nearest to k / 10^4, k the integer nearest to p * 10^4 exactly (ties to even).
-    Here p * 1e4 is rounded to a double first, off the exact product by at most half an ulp (under 1e-12
-    while |p| <= 1), so its rint is that k unless it lies that close to a half; k / 1e4, an IEEE division,
-    is the nearest double again. The few values near a half take round() itself, as does anything that is
-    not a probability."""
-    p = np.asarray(probabilities, np.float64)
-    scaled = np.where(np.abs(p) <= 1, p, np.nan) * 1e4        # not a probability: NaN, so unsure below
-    k = np.rint(scaled)
-    out = (k / 1e4).tolist()
-    for i in np.flatnonzero(~(np.abs(scaled - k) <= 0.4999)).tolist():
-        out[i] = round(float(p[i]), 4)
-    return out
+    return [TypedHits(typed[lo:hi, 1:], confidence[lo:hi]) for lo, hi in zip(bounds, bounds[1:])]
 
 
 class CapturedForward:

@@ -3,7 +3,8 @@ import struct
 
 import numpy as np
 
-from plugins.rexuninlu.scoring import to_4_places, typed_per_window
+from plugins.rexuninlu.decoding import to_4_places
+from plugins.rexuninlu.scoring import typed_per_window
 
 
 def bits(values):
@@ -36,6 +37,6 @@ def test_typed_hits_are_split_per_window_in_picks_order():
     confidence = np.concatenate([0.5 + rng.random(k - 100) / 2, rng.choice(near_halves()[near_halves() > 0.5], 100)])
     expected = [[(h, t, tok, round(c, 4)) for (w, h, t, tok), c in zip(typed.tolist(), confidence.tolist()) if w == window]
                 for window in range(n)]
-    got = typed_per_window(typed, confidence, n)
+    got = [list(hits) for hits in typed_per_window(typed, confidence, n)]
     assert got == expected and got[3] == []
     assert bits(c for hits in got for *_, c in hits) == bits(c for hits in expected for *_, c in hits)

@@ -80,3 +80,38 @@ def test_without_empty_spans_tests_each_span_as_span_empty_does(span):
     good = [Span("人物", "张三", (0, 2))]
     result = Result("1", [good, [span]])
     assert result.without_empty_spans().tuples == ([good] if span.empty else [good, [span]])
+
+
+def dense_result() -> Result:
+    return Result("7", [[Span.located("人物", "张三", (3, 5), 0.9731), Span("x", "y", (0, 1), None, True)],
+                        [Span("e", "", (4, 4))], [Span.located("地点", "北京", (9, 11))]],
+                  warnings=["w"], coverage=[(0, 12)])
+
+
+def test_a_serialised_result_is_its_json_text_and_reads_back_as_the_result():
+    plain = dense_result().without_empty_spans()
+    sent = pickle.loads(pickle.dumps(dense_result().serialised()))
+    assert "tuples" not in vars(sent)                                    # crossed as text, not as Spans
+    assert sent.to_json_text() == plain.to_json_text() and sent.to_json() == plain.to_json()
+    assert sent.tuple_count == 2 and sent.without_empty_spans() is sent
+    assert sent == plain and sent.tuples == plain.tuples                  # parsed when read, then plain
+    assert "_text" not in vars(sent) and sent.tuple_count == 2
+    for again in (copy.deepcopy(dense_result().serialised()), dataclasses.replace(dense_result().serialised())):
+        assert again == plain and again.to_json_text() == plain.to_json_text()
+
+
+@pytest.mark.parametrize("change", ["tuples", "warnings", "document_id"])
+def test_setting_a_field_of_a_serialised_result_is_never_hidden_by_its_old_text(change):
+    sent = dense_result().serialised()
+    value = {"tuples": [], "warnings": ["other"], "document_id": "8"}[change]
+    setattr(sent, change, value)
+    expected = dataclasses.replace(dense_result().without_empty_spans(), **{change: value})
+    assert sent.to_json_text() == expected.to_json_text() and sent == expected
+
+
+def test_the_tuple_cap_keeps_the_first_tuples_of_a_serialised_result():
+    from workstation.engine import capped
+    sent = capped(dense_result().serialised(), 1)
+    assert [[s.span for s in t] for t in sent.tuples] == [["张三", "y"]]
+    assert json.loads(sent.to_json_text())["warnings"][-1].startswith("1 more tuple(s) were dropped")
+    assert capped(dense_result().serialised(), 2).to_json_text() == dense_result().without_empty_spans().to_json_text()

@@ -1,0 +1,214 @@
+"""Host workers: the host's share of a run (tokenising, window layout, decoding, serialising) in processes of
+its own, while this process keeps the device fed.
+
+Why processes: dense outputs cost the host about 5 µs of Python per span, in one interpreter, so a run was
+as slow as its host however fast the device (docs/performance.md §5). Each worker runs whole groups of
+documents through the reference's prompt loop (pipeline.start_group / Group.take) with its own Prompter;
+this process only batches the windows the workers hand over, scores them, hands the links back, and yields
+the finished Results in input order. Results cross as their JSON text (Result.serialised), so writing them
+needs no per-span work here either.
+
+Messages, each a tuple (kind, group number, payload):
+  to a worker:   ("start", k, documents)  ("links", k, links)  and None to stop
+  from a worker: ("windows", k, windows)  ("done", k, (results, stage seconds))  ("failed", k, exception)
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+import traceback
+from collections import deque
+from dataclasses import replace
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from contracts.domain import Document, Result
+from contracts.stages import StageClock
+from plugins.rexuninlu.pipeline import AHEAD, Group, start_group, to_result
+from plugins.rexuninlu.scoring import Scoring, WindowScorer
+
+# Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
+GROUPS_PER_WORKER = 2
+
+
+class HostWorkers:
+    """A pool of worker processes for one tokenizer, started when first used and kept for later runs."""
+
+    def __init__(self, weights: Path, count: int):
+        self.weights, self.count = Path(weights), count
+        self.pipes: list[Connection] = []
+        self.processes: list = []
+
+    def start(self) -> None:
+        if self.pipes:
+            return
+        # spawn, not fork: the parent holds CUDA state and threads (the UI's, the monitor's, the prefetch thread).
+        context = multiprocessing.get_context("spawn")
+        for i in range(self.count):
+            mine, theirs = context.Pipe()
+            process = context.Process(target=serve, args=(theirs, str(self.weights)), daemon=True,
+                                      name=f"rexuninlu-host-{i}")
+            process.start()
+            theirs.close()
+            self.pipes.append(mine)
+            self.processes.append(process)
+
+    def close(self) -> None:
+        for pipe in self.pipes:
+            try:
+                pipe.send(None)
+            except OSError:
+                pass
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+        self.pipes, self.processes = [], []
+
+    def run(self, scorer: WindowScorer, documents: Sequence[Document], batch_size: int,
+            on_progress: Callable[[int], None] | None = None, clock: StageClock | None = None) -> Iterator[Result]:
+        """Every document's Result in input order (serialised: see the module's docstring)."""
+        self.start()
+        try:
+            yield from self._run(scorer, documents, batch_size, on_progress, clock)
+        except BaseException:
+            # A run left half way (an error, a cancel, a closed generator) leaves groups in the workers.
+            self.close()
+            raise
+
+    def _run(self, scorer, documents, batch_size, on_progress, clock) -> Iterator[Result]:
+        # Groups of half a batch: many of them, so every worker has work and the last one ends soon after the
+        # device; the windows of every group that is in are scored together, so batches still fill up.
+        size = max(1, batch_size // 2)
+        groups = [documents[at:at + size] for at in range(0, len(documents), size)]
+        waiting = deque(range(len(groups)))                  # groups no worker has started
+        held = {pipe: 0 for pipe in self.pipes}              # groups each worker holds
+        arrived: list[tuple[Connection, int, list]] = []     # windows in since the last submit
+        scorings: deque[tuple[list, Scoring]] = deque()      # submitted: whose windows, and their Scoring
+        finished: dict[int, list[Result]] = {}
+        next_out = done = 0
+
+        def hand_out(pipe: Connection) -> None:
+            while waiting and held[pipe] < GROUPS_PER_WORKER:
+                k = waiting.popleft()
+                deliver(pipe, ("start", k, list(groups[k])))
+                held[pipe] += 1
+
+        def take(pipe: Connection) -> None:
+            kind, k, payload = receive(pipe)
+            if kind == "windows":
+                arrived.append((pipe, k, payload))
+            elif kind == "done":
+                finished[k], seconds = payload
+                held[pipe] -= 1
+                hand_out(pipe)
+                if clock is not None:
+                    for stage, s in seconds.items():
+                        clock.add(stage, s)
+            else:
+                raise payload
+
+        for pipe in self.pipes:
+            hand_out(pipe)
+        while next_out < len(groups):
+            # Take every message that is in; wait for one only when the device has nothing to read back.
+            for pipe in wait(self.pipes, timeout=0 if scorings or arrived else None):
+                take(pipe)
+                while pipe.poll():
+                    take(pipe)
+            if arrived:
+                # Launched at once behind what is queued, up to a bound on the batches waiting in memory.
+                windows = [w for *_, ws in arrived for w in ws]
+                scorings.append((arrived, scorer.submit(windows, batch_size, AHEAD if len(scorings) < 2 else 0)))
+                arrived = []
+            if scorings:
+                senders, scoring = scorings.popleft()
+                links, at = scoring.result(), 0
+                for pipe, k, ws in senders:
+                    deliver(pipe, ("links", k, links[at:at + len(ws)]))
+                    at += len(ws)
+            while next_out in finished:
+                for result in finished.pop(next_out):
+                    done += 1
+                    yield result
+                    if on_progress:
+                        on_progress(done)
+                next_out += 1
+
+
+STOPPED = ("a RexUniNLU host worker process stopped in the middle of a run (out of memory? killed?); "
+           "the run stops here, before any result of the documents it held")
+
+
+def receive(pipe: Connection):
+    try:
+        return pipe.recv()
+    except (EOFError, OSError) as e:
+        raise RuntimeError(STOPPED) from e
+
+
+def deliver(pipe: Connection, message) -> None:
+    try:
+        pipe.send(message)
+    except OSError as e:
+        raise RuntimeError(STOPPED) from e
+
+
+def serve(pipe: Connection, weights: str) -> None:
+    """A worker process: groups in, windows out, links in, serialised Results out."""
+    import torch
+
+    from plugins.rexuninlu.loading import load_tokenizer
+    from plugins.rexuninlu.prompting import Prompter
+    # The cores are shared by the workers: one thread each for decoding's few tensor operations and for the
+    # tokenizer (whose Rust pool would otherwise start a thread per core in every worker).
+    torch.set_num_threads(1)
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    prompter = Prompter(load_tokenizer(Path(weights)))
+    groups: dict[int, tuple[list[Document], Group, StageClock]] = {}     # each with its own clock
+    # Messages are read as they come, by a thread of their own: the run's process may send a group while this
+    # one sends it windows, and with both sends waiting on full pipes neither would read.
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=read_into, args=(pipe, inbox), daemon=True, name="inbox").start()
+    while (message := inbox.get()) is not None:
+        kind, k, payload = message
+        try:
+            if kind == "start":
+                clock = StageClock()
+                documents, group = payload, start_group(prompter, payload, clock)
+                groups[k] = documents, group, clock
+            else:
+                documents, group, clock = groups[k]
+                with clock.stage("decode"):
+                    group.take(payload)
+            if group.waiting:
+                # What scoring reads, the ids as an array (a third of the unpickling); the text, its offsets and
+                # the hint stay here for decoding.
+                pipe.send(("windows", k, [replace(w, ids=np.asarray(w.ids, np.int32), offsets=(), text="", hint=None)
+                                          for w in group.windows()]))
+                continue
+            del groups[k]
+            prompter.forget([d.text for d in documents])
+            with clock.stage("write"):
+                results = [to_result(d, group.done[i]).serialised() for i, d in enumerate(documents)]
+            pipe.send(("done", k, (results, clock.seconds)))
+        except Exception as e:                         # noqa: BLE001 - handed to the run, which raises it
+            groups.pop(k, None)
+            try:
+                pipe.send(("failed", k, e))
+            except Exception:                          # noqa: BLE001 - an exception that does not pickle
+                pipe.send(("failed", k, RuntimeError(traceback.format_exc())))
+
+
+def read_into(pipe: Connection, inbox: queue.SimpleQueue) -> None:
+    try:
+        while (message := pipe.recv()) is not None:
+            inbox.put(message)
+    except (EOFError, OSError):                      # the run's process is gone
+        pass
+    inbox.put(None)

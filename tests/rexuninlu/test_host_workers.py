@@ -1,0 +1,106 @@
+"""Host workers: the host's share of a run in worker processes gives exactly what one process gives, in order."""
+import json
+import threading
+from multiprocessing import Pipe
+
+import pytest
+import torch
+
+from benchmarks.density import DENSITIES, calibrate
+from contracts.domain import Document
+from plugins.rexuninlu.workers import serve
+from tests.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
+from workstation import engine, plugins
+
+
+@pytest.fixture(scope="module")
+def rex(rex_tiny):
+    model = engine.load_model("rexuninlu", rex_tiny, "cpu")
+    yield model
+    model.knobs.host_workers = 0
+    if model.workers is not None:
+        model.workers.close()
+
+
+def written(model, docs, batch_size: int, workers: int, **run):
+    model.knobs.host_workers = workers
+    lines, progress = [], []
+    report = engine.run(model, docs, batch_size, keep_results=False, on_progress=lambda n, _: progress.append(n),
+                        on_result=lambda _, r: lines.append(r.to_json_text()), **run)
+    assert progress == list(range(1, len(docs) + 1))
+    return lines, report
+
+
+@pytest.mark.parametrize("density", ["sparse", "dense"])
+def test_host_workers_write_what_one_process_writes(rex, density):
+    """Every task preset (nested schemas take several rounds through the device), five groups of documents
+    (two per worker at once), and NER with dense outputs; the same JSON lines, in input order."""
+    docs = mixed_documents(60, seed=3)
+    if density == "dense":            # NER only: dense relations would send every head on to a second round
+        docs = [Document(d.id, d.text.removeprefix("[CLASSIFY]").removeprefix("[MULTICLASSIFY]"), NER) for d in docs]
+    head = [rex.network.ffnq.bias.clone(), rex.network.ffnk.bias.clone()]
+    shift = calibrate(rex, docs[:12], DENSITIES["dense"], steps=6)["head_shift"] if density == "dense" else None
+    try:
+        alone, _ = written(rex, docs, 4, workers=0)
+        shared, report = written(rex, docs, 4, workers=2)
+        results = list(rex.extract(docs, batch_size=4))
+    finally:
+        with torch.no_grad():
+            rex.network.ffnq.bias.copy_(head[0])
+            rex.network.ffnk.bias.copy_(head[1])
+    # Windows of several workers' groups share batches, other batches than in one process: a confidence may move
+    # one rounding step (as between any two batch sizes: tests/rexuninlu/test_model.py); the tuples may not.
+    assert [json.loads(line)["id"] for line in shared] == [d.id for d in docs]
+    assert_same_outputs(*([json.loads(line)["output"] for line in lines] for lines in (alone, shared)), ONE_STEP)
+    assert [line.count('"type"') for line in alone].count(0) < len(docs)
+    if density == "dense":
+        assert sum(line.count('"type"') for line in alone) > 20 * len(docs) and shift
+    assert report.documents == len(docs) and len(rex.workers.processes) == 2
+    assert report.stages["prepare"] > 0 and report.stages["decode"] > 0        # the workers' seconds, added
+    assert all("_text" in vars(r) for r in results)                              # crossed as their JSON
+    assert_same_outputs([r.to_json()["output"] for r in results], [json.loads(line)["output"] for line in alone], ONE_STEP)
+
+
+def test_a_run_of_one_batch_stays_in_the_runs_process(rex):
+    rex.knobs.host_workers = 2
+    results = list(rex.extract(mixed_documents(4, seed=4), batch_size=4))
+    assert all("tuples" in vars(r) for r in results)
+    rex.knobs.host_workers = 0
+
+
+def test_a_worker_that_dies_fails_the_run_clearly_and_the_next_run_starts_afresh(rex):
+    docs = mixed_documents(60, seed=5)
+    alone, _ = written(rex, docs, 4, workers=0)
+    rex.knobs.host_workers = 2
+    rex.host_workers().start()
+    doomed = rex.workers.processes[0]
+
+    def kill(done, _):
+        if done == 1:                 # worker 0 was just handed a group that needs the device: it cannot be done
+            doomed.kill()
+    with pytest.raises(RuntimeError, match="host worker process stopped"):
+        engine.run(rex, docs, 4, keep_results=False, on_progress=kill)
+    assert rex.workers.processes == [] and not doomed.is_alive()
+    again, _ = written(rex, docs, 4, workers=2)
+    assert_same_outputs(*([json.loads(line)["output"] for line in lines] for lines in (alone, again)), ONE_STEP)
+
+
+def test_a_failure_inside_a_worker_comes_back_as_the_exception(rex_tiny):
+    ours, theirs = Pipe()
+    worker = threading.Thread(target=serve, args=(theirs, str(rex_tiny)), daemon=True)
+    worker.start()
+    ours.send(("links", 99, []))                          # links for a group it never started
+    kind, k, error = ours.recv()
+    assert (kind, k) == ("failed", 99) and isinstance(error, KeyError)
+    ours.send(None)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+
+
+def test_the_host_workers_optimization_switches_the_knob_and_applies_to_rexuninlu_only(rex):
+    opt = plugins.optimizations()["host-workers"]
+    assert opt.lossless and opt.switch == "live" and opt.applies_to(rex)[0]
+    assert engine.apply_optimizations(rex, ["host-workers"])["host-workers"].endswith("host worker process(es)")
+    assert rex.knobs.host_workers >= 1
+    engine.apply_optimizations(rex, [])
+    assert rex.knobs.host_workers == 0
