@@ -19,7 +19,7 @@ def test_rex_e2e_profiles_stages_at_calibrated_densities(rex_tiny, tmp_path):
     for table in result["tables"]:
         names = [r["variant"] for r in table["rows"]]
         assert names == ["fp32 eager, one window at a time (traditional), before", "fp32 eager, batch 4, before",
-                         "fp32 eager, batch 4"]
+                         "fp32 eager, batch 4", "fp32 eager + host workers, batch 4"]
         assert table["rows"][2]["identical_to_before"] is True
         for row in table["rows"]:
             assert row["outputs_identical"], row
