@@ -50,7 +50,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--host-workers", type=int, default=None,
-                   help="rex-e2e: worker processes of the host-workers rows (default: the plugin's, cores - 1, at most 8)")
+                   help="rex-e2e: worker processes of the host-workers rows (default: the plugin's, cores - 1, at most 12)")
     p.add_argument("--densities", type=lambda s: s.split(","), default=None,
                    help="rex-e2e: output densities (sparse,realistic,dense; benchmarks/density.py)")
     p.add_argument("--out", type=Path, default=None, help="JSON results file")

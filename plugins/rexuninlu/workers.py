@@ -30,7 +30,7 @@ import numpy as np
 from contracts.domain import Document, Result
 from contracts.stages import StageClock
 from plugins.rexuninlu.pipeline import AHEAD, Group, start_group, to_result
-from plugins.rexuninlu.scoring import Scoring, WindowScorer
+from plugins.rexuninlu.scoring import WindowScorer
 
 # Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
 GROUPS_PER_WORKER = 2
@@ -88,8 +88,7 @@ class HostWorkers:
         groups = [documents[at:at + size] for at in range(0, len(documents), size)]
         waiting = deque(range(len(groups)))                  # groups no worker has started
         held = {pipe: 0 for pipe in self.pipes}              # groups each worker holds
-        arrived: list[tuple[Connection, int, list]] = []     # windows in since the last submit
-        scorings: deque[tuple[list, Scoring]] = deque()      # submitted: whose windows, and their Scoring
+        arrived: list[tuple[Connection, int, list]] = []     # windows in since the last batches were scored
         finished: dict[int, list[Result]] = {}
         next_out = done = 0
 
@@ -116,22 +115,19 @@ class HostWorkers:
         for pipe in self.pipes:
             hand_out(pipe)
         while next_out < len(groups):
-            # Take every message that is in; wait for one only when the device has nothing to read back.
-            for pipe in wait(self.pipes, timeout=0 if scorings or arrived else None):
+            # Take every message that is in, waiting for the first; the windows that came in while the device
+            # scored the last ones are scored together, and their links go back to the workers that sent them.
+            for pipe in wait(self.pipes):
                 take(pipe)
                 while pipe.poll():
                     take(pipe)
             if arrived:
-                # Launched at once behind what is queued, up to a bound on the batches waiting in memory.
-                windows = [w for *_, ws in arrived for w in ws]
-                scorings.append((arrived, scorer.submit(windows, batch_size, AHEAD if len(scorings) < 2 else 0)))
-                arrived = []
-            if scorings:
-                senders, scoring = scorings.popleft()
-                links, at = scoring.result(), 0
-                for pipe, k, ws in senders:
+                links = scorer.submit([w for *_, ws in arrived for w in ws], batch_size, AHEAD).result()
+                at = 0
+                for pipe, k, ws in arrived:
                     deliver(pipe, ("links", k, links[at:at + len(ws)]))
                     at += len(ws)
+                arrived.clear()
             while next_out in finished:
                 for result in finished.pop(next_out):
                     done += 1
