@@ -10,6 +10,7 @@ import torch
 from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
 from contracts.names import Capability, Kernel, Reads
+from contracts.precision import MasterWeights
 from plugins.rexuninlu import demo, loading
 from plugins.rexuninlu.pipeline import run_documents
 from plugins.rexuninlu.prompting import Prompter, validate_schema, validate_text
@@ -98,6 +99,7 @@ class LoadedRex(LoadedModel):
         self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device, self.knobs)
         self.scorer.clock = lambda: self.clock
         self.workers: HostWorkers | None = None          # started by the first run that uses them
+        self.master = MasterWeights()                      # the encoder's fp32 weights while it runs reduced
 
     def set_dtype(self, dtype: str) -> None:
         if dtype not in DTYPES:
@@ -105,7 +107,7 @@ class LoadedRex(LoadedModel):
         if dtype != "fp32" and not self.device.startswith("cuda"):
             raise InputError(f"{dtype} needs a CUDA device; on {self.device} use fp32")
         self.scorer.graphs.clear()                          # captured graphs hold the old dtype
-        self.network.plm.to(DTYPES[dtype])
+        self.master.cast(self.network.plm, DTYPES[dtype])
         for head in (self.network.ffnq, self.network.ffnk, self.network.rotary_emb):
             head.float()                                     # the span head stays fp32
         self.knobs.dtype = dtype

@@ -9,6 +9,7 @@ import torch
 from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
 from contracts.names import Capability, Kernel, Reads
+from contracts.precision import MasterWeights
 from plugins.seqgpt import demo, flash, loading, prompting, windows
 from plugins.seqgpt.generation import GenerationSettings
 from plugins.seqgpt.graphs import DecodeGraphs
@@ -87,6 +88,7 @@ class LoadedSeqGPT(LoadedModel):
         self.network, self.tokenizer, self.special = network, tokenizer, special
         self.pipeline = Pipeline(network, tokenizer, lambda: self.clock)
         self.graphs = DecodeGraphs(capture=device.startswith("cuda"))   # without CUDA: the same steps, uncaptured
+        self.master = MasterWeights()                 # the fp32 weights while the network runs reduced
 
     def resolve_attention(self, wanted: str) -> tuple[str, str]:
         if wanted != flash.NAME:
@@ -105,7 +107,7 @@ class LoadedSeqGPT(LoadedModel):
             raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
         # Everything is cast, as the reference's model.half(); softmax and the search run in fp32.
         self.graphs.clear()                           # static caches and graphs hold the old dtype
-        self.network.to(DTYPES[dtype])
+        self.master.cast(self.network, DTYPES[dtype])
         self.knobs.dtype = dtype
 
     def tokens_processed(self) -> int:

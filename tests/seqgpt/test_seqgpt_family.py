@@ -157,6 +157,14 @@ def test_set_dtype_casts_the_network_and_records_it(loaded):
         loaded.set_dtype("int8")
 
 
+def test_precision_switched_off_again_gives_back_the_loaded_fp32_weights(loaded):
+    before = {k: v.clone() for k, v in loaded.network.state_dict().items()}
+    for dtype in ("bf16", "fp16", "fp32"):
+        loaded.set_dtype(dtype)
+    after = loaded.network.state_dict()
+    assert all(after[k].dtype == torch.float32 and torch.equal(after[k], v) for k, v in before.items())
+
+
 def test_out_of_memory_halves_the_pool_keeps_every_document_and_reports_it(loaded, monkeypatch):
     from contracts.stages import StageClock
     from plugins.seqgpt.continuous import SlotPool
