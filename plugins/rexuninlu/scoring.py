@@ -23,6 +23,10 @@ from plugins.rexuninlu.decoding import Links, TypedHits, Window
 from plugins.rexuninlu.modeling import RexModel
 from plugins.rexuninlu.prompting import MAX_LEN
 
+# CUDA-graph shape buckets: tokens in steps of GRAPH_QUANTUM, rows a power of two and at least GRAPH_LEAST_ROWS
+# (where the batch size allows). 4 lengths x 4 row counts at batch 64: every shape is captured in about a second.
+GRAPH_QUANTUM, GRAPH_LEAST_ROWS = 128, 8
+
 
 def arrange(lengths: Sequence[int], batch_size: int, pack: bool) -> list[list[list[int]]]:
     """Batches of rows of window indices. Longest first; packing adds the shortest while they fit."""
@@ -135,12 +139,28 @@ class WindowScorer:
 
     def pack(self, rows: Sequence[Sequence[Window]]) -> Packed:
         longest = max(sum(len(w.ids) for w in row) for row in rows)
-        quantum = 64 if self.knobs.cuda_graphs else 8          # fewer distinct shapes to capture
-        L = -(-longest // quantum) * quantum
-        B = len(rows)
-        if self.knobs.cuda_graphs:
-            B = 1 << (B - 1).bit_length()                         # rows padded to a power of two
-        return self.fill(rows, B, L)
+        if not self.knobs.cuda_graphs:
+            return self.fill(rows, len(rows), -(-longest // 8) * 8)
+        return self.fill(rows, *self.graph_shape(len(rows), longest))
+
+    def graph_shape(self, rows: int, longest: int) -> tuple[int, int]:
+        """The captured shape a batch runs in: rows padded to a power of two (at least a few), tokens to a multiple
+        of GRAPH_QUANTUM. Few shapes, so that all of them can be captured before a run (graph_shapes)."""
+        least = min(GRAPH_LEAST_ROWS, 1 << (self.batch_rows - 1).bit_length())
+        return max(least, 1 << (rows - 1).bit_length()), -(-longest // GRAPH_QUANTUM) * GRAPH_QUANTUM
+
+    def graph_shapes(self) -> list[tuple[int, int]]:
+        """Every shape a batch of at most batch_rows rows can run in, largest first."""
+        top, top_len = self.graph_shape(self.batch_rows, MAX_LEN)
+        rows = [r for r in (1 << i for i in range(top.bit_length())) if r >= self.graph_shape(1, 1)[0]]
+        return [(r, n) for r in reversed(rows) for n in range(top_len, 0, -GRAPH_QUANTUM)]
+
+    def capture_all(self) -> None:
+        """Capture every shape now, before a run whose batches are shaped by timing (host workers'): a shape first
+        met inside a run stops it while its graph is captured (draining the device's queue, then two passes)."""
+        if self.knobs.cuda_graphs and self.device.type == "cuda":
+            for rows, length in self.graph_shapes():
+                self._capture(self.blank(rows, length))
 
     def staging(self, B: int, L: int) -> torch.Tensor:
         """A host buffer [7, B, L] for one batch's inputs. On a GPU it is pinned, so the copy is queued without
@@ -217,8 +237,7 @@ class WindowScorer:
             # pool. bench memory-pool: peak reserved 2,348 -> 2,250 MiB and peak allocated 1,558 ->
             # 1,365 MiB against capturing in arrival order; the pool itself still stays apart from
             # eager allocations (docs/benchmarks.md).
-            rows = max(p.ids.shape[0], 1 << (self.batch_rows - 1).bit_length())
-            self._capture(self.blank(rows, -(-MAX_LEN // 64) * 64))
+            self._capture(self.blank(*self.graph_shape(max(p.ids.shape[0], self.batch_rows), MAX_LEN)))
         return self._capture(p)
 
     def _capture(self, p: Packed) -> "CapturedForward":

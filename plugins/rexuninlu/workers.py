@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import sys
 import threading
 import traceback
 from collections import deque
@@ -30,7 +31,7 @@ import numpy as np
 from contracts.domain import Document, Result
 from contracts.stages import StageClock
 from plugins.rexuninlu.pipeline import AHEAD, Group, start_group, to_result
-from plugins.rexuninlu.scoring import WindowScorer
+from plugins.rexuninlu.scoring import Scoring, WindowScorer
 
 # Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
 GROUPS_PER_WORKER = 2
@@ -83,12 +84,16 @@ class HostWorkers:
 
     def _run(self, scorer, documents, batch_size, on_progress, clock) -> Iterator[Result]:
         # Groups of half a batch: many of them, so every worker has work and the last one ends soon after the
-        # device; the windows of every group that is in are scored together, so batches still fill up.
+        # device. Windows go to the device a batch's worth at a time, as they come in, and each set's links
+        # go back as soon as it is read back: the workers decode one set while the device scores the next.
+        scorer.batch_rows = batch_size
+        scorer.capture_all()                 # which shapes come depends on timing: none is captured mid-run
         size = max(1, batch_size // 2)
         groups = [documents[at:at + size] for at in range(0, len(documents), size)]
         waiting = deque(range(len(groups)))                  # groups no worker has started
         held = {pipe: 0 for pipe in self.pipes}              # groups each worker holds
-        arrived: list[tuple[Connection, int, list]] = []     # windows in since the last batches were scored
+        arrived: list[tuple[Connection, int, list]] = []     # windows in, not on the device yet
+        on_device: deque[tuple[Scoring, list]] = deque()     # sets launched, oldest first, with whose windows
         finished: dict[int, list[Result]] = {}
         next_out = done = 0
 
@@ -112,22 +117,32 @@ class HostWorkers:
             else:
                 raise payload
 
+        def launch() -> None:
+            windows = [w for *_, ws in arrived for w in ws]
+            on_device.append((scorer.submit(windows, batch_size, ahead=len(windows)), arrived[:]))
+            arrived.clear()
+
+        def read_back() -> None:
+            scoring, members = on_device.popleft()
+            links, at = scoring.result(), 0
+            for pipe, k, ws in members:
+                deliver(pipe, ("links", k, links[at:at + len(ws)]))
+                at += len(ws)
+
         for pipe in self.pipes:
             hand_out(pipe)
         while next_out < len(groups):
-            # Take every message that is in, waiting for the first; the windows that came in while the device
-            # scored the last ones are scored together, and their links go back to the workers that sent them.
-            for pipe in wait(self.pipes):
+            # Take every message that is in; wait for one only when neither windows nor the device need us.
+            for pipe in wait(self.pipes, timeout=0 if arrived or on_device else None):
                 take(pipe)
                 while pipe.poll():
                     take(pipe)
-            if arrived:
-                links = scorer.submit([w for *_, ws in arrived for w in ws], batch_size, AHEAD).result()
-                at = 0
-                for pipe, k, ws in arrived:
-                    deliver(pipe, ("links", k, links[at:at + len(ws)]))
-                    at += len(ws)
-                arrived.clear()
+            on_it = sum(len(scoring.out) for scoring, _ in on_device)
+            if arrived and (not on_device or
+                            sum(len(ws) for *_, ws in arrived) >= batch_size and on_it < AHEAD * batch_size):
+                launch()               # a batch's worth, or anything at all when the device has nothing
+            elif on_device:
+                read_back()            # waits for the oldest set only: the others keep the device busy
             while next_out in finished:
                 for result in finished.pop(next_out):
                     done += 1
@@ -165,6 +180,9 @@ def serve(pipe: Connection, weights: str) -> None:
     # tokenizer (whose Rust pool would otherwise start a thread per core in every worker).
     torch.set_num_threads(1)
     os.environ["RAYON_NUM_THREADS"] = "1"
+    # The inbox thread below needs the interpreter for each 64 KiB it reads while this one decodes: at the
+    # default 5 ms switch interval, the run's process sending links could wait that long per 64 KiB.
+    sys.setswitchinterval(0.0005)
     prompter = Prompter(load_tokenizer(Path(weights)))
     groups: dict[int, tuple[list[Document], Group, StageClock]] = {}     # each with its own clock
     # Messages are read as they come, by a thread of their own: the run's process may send a group while this

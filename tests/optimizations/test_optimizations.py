@@ -72,14 +72,39 @@ def test_graphs_are_captured_largest_bucket_first_and_blank_batches_change_nothi
     scorer = fresh_rex.scorer
     scorer.batch_rows = 6
     from plugins.rexuninlu.pipeline import document_run
-    windows = [document_run(fresh_rex.prompter, d.text, d.schema).send(None)[0] for d in mixed_documents(3, seed=9)]
-    small = scorer.pack([[w] for w in windows[:2]])
+    windows = [document_run(fresh_rex.prompter, text, {"地点": None}).send(None)[0] for text in ("北大西洋", "巴塞罗那闭幕")]
+    small = scorer.pack([[w] for w in windows])
     scorer.graph_for(small)
     scorer.graph_for(small)
-    assert captured == [(8, 512), tuple(small.ids.shape)]
+    assert captured == [(8, 512), (8, 128)] and tuple(small.ids.shape) == (8, 128)
     blank = scorer.blank(2, 64)
     assert not blank.valid.any() and blank.ids.shape == (2, 64)
     assert scorer.readable_links(scoring.run_network(fresh_rex.network, blank), blank).numel() == 0
+
+
+@pytest.mark.parametrize("batch_rows, rows", [(64, [64, 32, 16, 8]), (6, [8]), (1, [1]), (3, [4])])
+def test_every_batch_a_run_can_pack_has_a_shape_that_capture_all_captures(fresh_rex, monkeypatch, batch_rows, rows):
+    """Host workers' batches are shaped by timing, so all graph shapes are captured before their run: the few
+    buckets must hold every shape pack() gives, and capture_all must capture exactly those, largest first."""
+    import random
+
+    from plugins.rexuninlu.decoding import Window
+    scorer = fresh_rex.scorer
+    fresh_rex.knobs.cuda_graphs, scorer.batch_rows = True, batch_rows
+    shapes = scorer.graph_shapes()
+    assert shapes == [(r, n) for r in rows for n in (512, 384, 256, 128)]
+    rng = random.Random(0)
+    for _ in range(200):
+        n, length = rng.randint(1, batch_rows), rng.randint(1, 512)
+        window = Window([0] * length, [0] * length, [0] * length, [0] * length, [], 1, None, "")
+        monkeypatch.setattr(scorer, "fill", lambda rows, B, L: (B, L))
+        assert scorer.pack([[window]] * n) in shapes
+    captured = []
+    monkeypatch.setattr(scorer, "device", torch.device("cuda"))     # the guard only; nothing runs on a GPU
+    monkeypatch.setattr(scorer, "blank", lambda r, n: (r, n))
+    monkeypatch.setattr(scorer, "_capture", captured.append)
+    scorer.capture_all()
+    assert captured == shapes
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex, monkeypatch):
