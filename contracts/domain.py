@@ -112,55 +112,64 @@ class Result:
         return replace(self, tuples=[t for t in self.tuples if not any(s.empty for s in t)])
 
     def serialised(self) -> "Result":
-        """This Result, empty spans dropped, holding its JSON text in place of its tuples: what a process
+        """This Result, empty spans dropped, holding its output's JSON text in place of its tuples: what a process
         that decodes hands the one that writes. Pickled, it is that text (pickling hundreds of thousands of
-        Spans costs seconds); the text is written as it is, and the tuples are parsed back only when read."""
+        Spans costs seconds); it is written as it is (JSON Lines, History), and the tuples are parsed back only
+        when read."""
         kept = self.without_empty_spans()
         out = replace(kept)
         del out.__dict__["tuples"]
-        out.__dict__.update(_text=kept.to_json_text(), _count=len(kept.tuples))
+        out.__dict__.update(_output=kept.output_json_text(), _count=len(kept.tuples))
         return out
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for an attribute missing from __dict__: the tuples of a serialised() Result, parsed once.
-        text = self.__dict__.get("_text")
+        text = self.__dict__.get("_output")
         if name != "tuples" or text is None:
             raise AttributeError(name)
-        del self.__dict__["_text"], self.__dict__["_count"]
-        self.tuples = [[Span.from_json(s) for s in t] for t in orjson.loads(text)["output"]]
+        del self.__dict__["_output"], self.__dict__["_count"]
+        self.tuples = [[Span.from_json(s) for s in t] for t in orjson.loads(text)]
         return self.tuples
 
     def __setattr__(self, name: str, value: Any) -> None:
-        # Setting a field of a serialised() Result makes its text stale: parse its tuples first, drop the text.
-        # (Its lists are not to be changed in place before its tuples are read; capped() reads them first.)
-        if "_text" in self.__dict__:
+        # Setting a field of a serialised() Result could make its text stale: parse its tuples first, drop the
+        # text. (Its lists are not to be changed in place before its tuples are read; capped() reads them first.)
+        if "_output" in self.__dict__:
             if name != "tuples":
                 self.tuples
-            self.__dict__.pop("_text", None)
+            self.__dict__.pop("_output", None)
             self.__dict__.pop("_count", None)
         object.__setattr__(self, name, value)
 
     @property
     def tuple_count(self) -> int:
         """len(tuples), without parsing a serialised() Result's."""
-        return self.__dict__["_count"] if "_text" in self.__dict__ else len(self.tuples)
+        return self.__dict__["_count"] if "_output" in self.__dict__ else len(self.tuples)
+
+    def output_json_text(self) -> str:
+        """`to_json()["output"]` as compact JSON text (what History stores), without parsing a serialised() one.
+
+        A located span's __dict__ already is its to_json() (orjson writes the offset tuple as an array), so it
+        goes to orjson as it is; a span the constructor made holds all five fields and goes through to_json()."""
+        if (text := self.__dict__.get("_output")) is not None:
+            return text
+        return orjson.dumps([[d if len(d := vars(s)) < _ALL_FIELDS else s.to_json() for s in t]
+                             for t in self.tuples]).decode()
 
     def to_json(self) -> dict[str, Any]:
-        if (text := self.__dict__.get("_text")) is not None:
-            return orjson.loads(text)
+        if (text := self.__dict__.get("_output")) is not None:
+            return self._with_extras({"id": self.document_id, "output": orjson.loads(text)})
         return self._with_extras({"id": self.document_id, "output": [[s.to_json() for s in t] for t in self.tuples]})
 
     def to_json_text(self) -> str:
         """`to_json()` as compact JSON text on one line, not ASCII-escaped: what the CLI and the API write as
         JSON Lines and corpus runs store. orjson, because on dense outputs json.dumps cost more than decoding.
 
-        A located span's __dict__ already is its to_json() (orjson writes the offset tuple as an array), so it
-        goes to orjson as it is; a span the constructor made holds all five fields and goes through to_json().
-        A serialised() Result already is its text."""
-        if (text := self.__dict__.get("_text")) is not None:
-            return text
-        output = [[d if len(d := vars(s)) < _ALL_FIELDS else s.to_json() for s in t] for t in self.tuples]
-        return orjson.dumps(self._with_extras({"id": self.document_id, "output": output})).decode()
+        Laid out as orjson lays out to_json(), with the output's text put in whole: joining strings copies them,
+        where parsing or re-encoding a dense output would cost the writer as much as decoding it did."""
+        head = orjson.dumps({"id": self.document_id}).decode()[:-1]
+        extras = orjson.dumps(self._with_extras({})).decode()[1:-1]
+        return f"{head},\"output\":{self.output_json_text()}{',' if extras else ''}{extras}}}"
 
     def _with_extras(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.raw is not None:

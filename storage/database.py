@@ -25,7 +25,14 @@ BUSY_TIMEOUT_MS = 15_000
 WRITE = {"sqlite_begin": "IMMEDIATE"}       # execution options of a write transaction
 
 
+class JsonText(str):
+    """JSON already written (a Result's output text): stored in a JSON column as it is, not parsed and dumped
+    again, which on dense outputs cost the recording more than the run's decoding."""
+
+
 def _json_dumps(value) -> str:
+    if isinstance(value, JsonText):
+        return value
     # Chinese stays readable in the file and searchable by the full-text index (no \uXXXX escapes).
     return json.dumps(value, ensure_ascii=False)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contracts.domain import Document, Result, unread_chars
+from storage.database import JsonText
 from storage.tables import (
     DatasetRecord,
     DocumentRecord,
@@ -84,14 +85,14 @@ def document_record(run_id: int, position: int, doc: Document, result: Result) -
     record = DocumentRecord(run_id=run_id, position=position, doc_id=str(doc.id), text=doc.text, schema=doc.schema,
                             task=doc.task, labels=doc.labels)
     coverage = [list(r) for r in result.coverage] if result.coverage is not None else None
-    record.result = ResultRecord(output=result.to_json()["output"], raw=result.raw, warnings=list(result.warnings),
+    record.result = ResultRecord(output=JsonText(result.output_json_text()), raw=result.raw, warnings=list(result.warnings),
                                  coverage=coverage, unread_chars=unread_chars(doc.text, result.coverage))
     return record
 
 
 def written_chars(doc: Document, result: Result) -> int:
     """About how much a document and its result add to a write transaction."""
-    return len(doc.text) + sum(len(span.span) + 48 for t in result.tuples for span in t)
+    return len(doc.text) + len(result.output_json_text())
 
 
 def run_stages(report: RunReport) -> dict | None:

@@ -57,7 +57,7 @@ def test_host_workers_write_what_one_process_writes(rex, density):
         assert sum(line.count('"type"') for line in alone) > 20 * len(docs) and shift
     assert report.documents == len(docs) and len(rex.workers.processes) == 2
     assert report.stages["prepare"] > 0 and report.stages["decode"] > 0        # the workers' seconds, added
-    assert all("_text" in vars(r) for r in results)                              # crossed as their JSON
+    assert all("_output" in vars(r) for r in results)                            # crossed as their JSON
     assert_same_outputs([r.to_json()["output"] for r in results], [json.loads(line)["output"] for line in alone], ONE_STEP)
 
 

@@ -95,7 +95,7 @@ def test_a_serialised_result_is_its_json_text_and_reads_back_as_the_result():
     assert sent.to_json_text() == plain.to_json_text() and sent.to_json() == plain.to_json()
     assert sent.tuple_count == 2 and sent.without_empty_spans() is sent
     assert sent == plain and sent.tuples == plain.tuples                  # parsed when read, then plain
-    assert "_text" not in vars(sent) and sent.tuple_count == 2
+    assert "_output" not in vars(sent) and sent.tuple_count == 2
     for again in (copy.deepcopy(dense_result().serialised()), dataclasses.replace(dense_result().serialised())):
         assert again == plain and again.to_json_text() == plain.to_json_text()
 
@@ -115,3 +115,21 @@ def test_the_tuple_cap_keeps_the_first_tuples_of_a_serialised_result():
     assert [[s.span for s in t] for t in sent.tuples] == [["张三", "y"]]
     assert json.loads(sent.to_json_text())["warnings"][-1].startswith("1 more tuple(s) were dropped")
     assert capped(dense_result().serialised(), 2).to_json_text() == dense_result().without_empty_spans().to_json_text()
+
+
+def test_history_stores_a_serialised_results_output_text_without_parsing_it(store):
+    """Recording dense outputs parsed every span back and dumped it again, costing more than the run's decoding:
+    the output's JSON text goes into the JSON column as it is, and reads back as the same Result."""
+    from contracts.domain import Document
+    from contracts.report import RunReport
+    plain = dense_result().without_empty_spans()
+    sent = pickle.loads(pickle.dumps(dense_result().serialised()))
+    assert json.loads(sent.output_json_text()) == plain.to_json()["output"]
+    writer = store.run_writer("cli")
+    report = RunReport("rexuninlu", "w", True, "cpu", "fp32", "eager", {}, 8, {}, "2026-12-04T00:00:00")
+    writer.start(report)
+    writer.add(Document("7", "0123张三5678北京1", {"人物": None}), sent)
+    assert "_output" in vars(sent)                                    # still its text: nothing was parsed
+    report.documents, report.wall_seconds = 1, 1.0
+    [(_, stored)] = store.get_run(writer.finish(report)).items
+    assert stored.to_json() == plain.to_json()
