@@ -469,6 +469,10 @@ class Scoring:
         launched.index = index
         self.in_flight.append(launched)
 
+    def finished(self) -> bool:
+        """Every batch launched and done on the device: reading them back would not wait."""
+        return not self.todo and all(f.ready is None or f.ready.query() for f in self.in_flight[-1:])
+
     def read_back(self, keep: int = 0) -> None:
         """Collect the oldest batches in flight until `keep` are left."""
         while len(self.in_flight) > keep:

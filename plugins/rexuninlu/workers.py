@@ -35,6 +35,13 @@ from plugins.rexuninlu.scoring import Scoring, WindowScorer
 
 # Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
 GROUPS_PER_WORKER = 2
+# A group is this share of a batch: many groups, so every worker has work and the last one ends soon after the
+# device; the windows of every group that is in are scored together, so batches still fill up. A quarter took
+# 0.77 s per 1,000 dense documents on the H200, half 0.82–1.0 s (2026-12-04, docs/benchmarks.md).
+GROUP_SHARE = 4
+# How long the run's process waits for a message while the device works on what it has, before it looks
+# whether the oldest set is done (it reads back only what is done, and takes messages meanwhile).
+POLL_SECONDS = 0.001
 
 
 class HostWorkers:
@@ -83,12 +90,11 @@ class HostWorkers:
             raise
 
     def _run(self, scorer, documents, batch_size, on_progress, clock) -> Iterator[Result]:
-        # Groups of half a batch: many of them, so every worker has work and the last one ends soon after the
-        # device. Windows go to the device a batch's worth at a time, as they come in, and each set's links
-        # go back as soon as it is read back: the workers decode one set while the device scores the next.
+        # Windows go to the device a batch's worth at a time, as they come in, and each set's links go back as
+        # soon as it is done: the workers decode one set while the device scores the next.
         scorer.batch_rows = batch_size
         scorer.capture_all()                 # which shapes come depends on timing: none is captured mid-run
-        size = max(1, batch_size // 2)
+        size = max(1, batch_size // GROUP_SHARE)
         groups = [documents[at:at + size] for at in range(0, len(documents), size)]
         waiting = deque(range(len(groups)))                  # groups no worker has started
         held = {pipe: 0 for pipe in self.pipes}              # groups each worker holds
@@ -131,18 +137,23 @@ class HostWorkers:
 
         for pipe in self.pipes:
             hand_out(pipe)
+        def can_launch() -> bool:               # a batch's worth, or anything at all when the device has nothing
+            on_it = sum(len(scoring.out) for scoring, _ in on_device)
+            return bool(arrived) and (not on_device or on_it < AHEAD * batch_size and
+                                      sum(len(ws) for *_, ws in arrived) >= batch_size)
+
         while next_out < len(groups):
-            # Take every message that is in; wait for one only when neither windows nor the device need us.
-            for pipe in wait(self.pipes, timeout=0 if arrived or on_device else None):
+            # This process is the one that feeds the device, so it never waits while it has something to do:
+            # it takes every message that is in, and reads back only a set the device is done with.
+            busy = can_launch() or (on_device and on_device[0][0].finished())
+            for pipe in wait(self.pipes, timeout=0 if busy else POLL_SECONDS if on_device else None):
                 take(pipe)
                 while pipe.poll():
                     take(pipe)
-            on_it = sum(len(scoring.out) for scoring, _ in on_device)
-            if arrived and (not on_device or
-                            sum(len(ws) for *_, ws in arrived) >= batch_size and on_it < AHEAD * batch_size):
-                launch()               # a batch's worth, or anything at all when the device has nothing
-            elif on_device:
-                read_back()            # waits for the oldest set only: the others keep the device busy
+            if can_launch():
+                launch()
+            elif on_device and (on_device[0][0].finished() or len(on_device) > AHEAD):
+                read_back()
             while next_out in finished:
                 for result in finished.pop(next_out):
                     done += 1
