@@ -155,6 +155,7 @@ class WindowScorer:
         rows = [r for r in (1 << i for i in range(top.bit_length())) if r >= self.graph_shape(1, 1)[0]]
         return [(r, n) for r in reversed(rows) for n in range(top_len, 0, -GRAPH_QUANTUM)]
 
+    @torch.inference_mode()            # as launch(): captured with autograd on, each graph kept its activations
     def capture_all(self) -> None:
         """Capture every shape now, before a run whose batches are shaped by timing (host workers'): a shape first
         met inside a run stops it while its graph is captured (draining the device's queue, then two passes)."""

@@ -123,10 +123,19 @@ class HostWorkers:
             else:
                 raise payload
 
+        def on_it() -> int:                     # windows launched and not read back
+            return sum(len(scoring.out) for scoring, _ in on_device)
+
         def launch() -> None:
-            windows = [w for *_, ws in arrived for w in ws]
-            on_device.append((scorer.submit(windows, batch_size, ahead=len(windows)), arrived[:]))
-            arrived.clear()
+            # Whole groups, up to AHEAD batches' worth on the device (each batch holds its [B, L, L] links there).
+            room, taken, count = max(batch_size, AHEAD * batch_size - on_it()), 0, 0
+            while taken < len(arrived) and count < room:
+                count += len(arrived[taken][2])
+                taken += 1
+            members = arrived[:taken]
+            del arrived[:taken]
+            windows = [w for *_, ws in members for w in ws]
+            on_device.append((scorer.submit(windows, batch_size, ahead=len(windows)), members))
 
         def read_back() -> None:
             scoring, members = on_device.popleft()
@@ -138,8 +147,7 @@ class HostWorkers:
         for pipe in self.pipes:
             hand_out(pipe)
         def can_launch() -> bool:               # a batch's worth, or anything at all when the device has nothing
-            on_it = sum(len(scoring.out) for scoring, _ in on_device)
-            return bool(arrived) and (not on_device or on_it < AHEAD * batch_size and
+            return bool(arrived) and (not on_device or on_it() < AHEAD * batch_size and
                                       sum(len(ws) for *_, ws in arrived) >= batch_size)
 
         while next_out < len(groups):
