@@ -88,7 +88,21 @@ def same_tuples(a: list, b: list) -> bool:
 
 def tuple_keys(outputs: list) -> set:
     """(document index, tuple as JSON without confidences) of every extracted tuple of a run's outputs."""
-    return {(i, json.dumps(t, ensure_ascii=False)) for i, o in enumerate(without_confidence(outputs)) for t in o}
+    return set(tuples_by_key(outputs))
+
+
+def tuples_by_key(outputs: list) -> dict:
+    """Each extracted tuple, confidences and all, under its tuple_keys key."""
+    return {(i, json.dumps(bare, ensure_ascii=False)): t for i, (o, stripped) in
+            enumerate(zip(outputs, without_confidence(outputs))) for t, bare in zip(o, stripped)}
+
+
+def threshold_ties(a: list, b: list) -> int:
+    """Of the tuples in one run and not the other, those holding a span of confidence 0.5 (4 places): the logit of
+    its weakest link lies within 2e-4 of 0, the decision threshold, so whether it is kept follows the order in
+    which the GEMMs of a batch shape add up, not the decoding."""
+    tuples = tuples_by_key(a) | tuples_by_key(b)
+    return sum(any(e.get("confidence") == 0.5 for e in tuples[k]) for k in tuple_keys(a) ^ tuple_keys(b))
 
 
 def span_agreement(a: list, b: list) -> float:
