@@ -144,12 +144,12 @@ class HostWorkers:
                 deliver(pipe, ("links", k, links[at:at + len(ws)]))
                 at += len(ws)
 
-        for pipe in self.pipes:
-            hand_out(pipe)
         def can_launch() -> bool:               # a batch's worth, or anything at all when the device has nothing
             return bool(arrived) and (not on_device or on_it() < AHEAD * batch_size and
                                       sum(len(ws) for *_, ws in arrived) >= batch_size)
 
+        for pipe in self.pipes:
+            hand_out(pipe)
         while next_out < len(groups):
             # This process is the one that feeds the device, so it never waits while it has something to do:
             # it takes every message that is in, and reads back only a set the device is done with.
@@ -160,7 +160,7 @@ class HostWorkers:
                     take(pipe)
             if can_launch():
                 launch()
-            elif on_device and (on_device[0][0].finished() or len(on_device) > AHEAD):
+            elif on_device and on_device[0][0].finished():
                 read_back()
             while next_out in finished:
                 for result in finished.pop(next_out):
