@@ -24,7 +24,7 @@ from plugins.rexuninlu.modeling import RexModel
 from plugins.rexuninlu.prompting import MAX_LEN
 
 # CUDA-graph shape buckets: tokens in steps of GRAPH_QUANTUM, rows a power of two and at least GRAPH_LEAST_ROWS
-# (where the batch size allows). 4 lengths x 4 row counts at batch 64: every shape is captured in about a second.
+# (where the batch size allows): 4 lengths x 4 row counts at batch 64, few enough to capture all before a run.
 GRAPH_QUANTUM, GRAPH_LEAST_ROWS = 128, 8
 
 
