@@ -20,14 +20,19 @@ class MasterWeights:
         if dtype != torch.float32:
             if self.saved is None:                  # fp16 → bf16 keeps the fp32 copy of the first cast
                 self.saved = {name: tensor.detach().to("cpu", copy=True)
-                              for name, tensor in module.state_dict(keep_vars=True).items()
-                              if tensor.dtype == torch.float32}
+                              for name, tensor in tensors(module) if tensor.dtype == torch.float32}
             module.to(dtype)
             return
         module.to(torch.float32)
         if self.saved is not None:
             with torch.no_grad():
-                for name, tensor in module.state_dict(keep_vars=True).items():
+                for name, tensor in tensors(module):
                     if name in self.saved:
                         tensor.copy_(self.saved[name])
             self.saved = None
+
+
+def tensors(module: torch.nn.Module):
+    """Parameters and buffers by name, a tied one once (SeqGPT's output layer is its 1 GB embedding table)."""
+    yield from module.named_parameters()
+    yield from module.named_buffers()

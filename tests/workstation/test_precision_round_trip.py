@@ -33,6 +33,19 @@ def test_a_round_trip_through_bf16_and_fp16_restores_every_weight_in_place():
     assert master.saved is None                                 # nothing held while the module is fp32
 
 
+def test_a_tied_weight_is_kept_once_and_restored_in_both_places():
+    torch.manual_seed(0)
+    embed, head = torch.nn.Embedding(32, 8), torch.nn.Linear(8, 32, bias=False)
+    head.weight = embed.weight
+    module = torch.nn.ModuleDict({"embed": embed, "head": head})
+    before = embed.weight.detach().clone()
+    master = MasterWeights()
+    master.cast(module, torch.bfloat16)
+    assert list(master.saved) == ["embed.weight"]
+    master.cast(module, torch.float32)
+    assert head.weight is embed.weight and torch.equal(embed.weight, before)
+
+
 def test_rexuninlu_back_in_fp32_gives_a_fresh_models_outputs(rex_tiny):
     model = RexUniNLU().load(rex_tiny)
     before, docs = weights(model.network), mixed_documents(12, seed=3)
