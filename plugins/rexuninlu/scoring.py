@@ -160,8 +160,9 @@ class WindowScorer:
         """Capture every shape now, before a run whose batches are shaped by timing (host workers'): a shape first
         met inside a run stops it while its graph is captured (draining the device's queue, then two passes)."""
         if self.knobs.cuda_graphs and self.device.type == "cuda":
-            for rows, length in self.graph_shapes():
-                self._capture(self.blank(rows, length))
+            for shape in self.graph_shapes():
+                if self.graph_key(shape) not in self.graphs:
+                    self._capture(self.blank(*shape))
 
     def staging(self, B: int, L: int) -> torch.Tensor:
         """A host buffer [7, B, L] for one batch's inputs. On a GPU it is pinned, so the copy is queued without
@@ -241,8 +242,11 @@ class WindowScorer:
             self._capture(self.blank(*self.graph_shape(max(p.ids.shape[0], self.batch_rows), MAX_LEN)))
         return self._capture(p)
 
+    def graph_key(self, shape: tuple[int, int]) -> tuple:
+        return tuple(shape), self.knobs.dtype, self.knobs.attention
+
     def _capture(self, p: Packed) -> "CapturedForward":
-        key = (tuple(p.ids.shape), self.knobs.dtype, self.knobs.attention)
+        key = self.graph_key(p.ids.shape)
         if key not in self.graphs:
             self.graphs[key] = CapturedForward(self.network, p, self.graphs)
         return self.graphs[key]

@@ -107,6 +107,10 @@ def test_every_batch_a_run_can_pack_has_a_shape_that_capture_all_captures(fresh_
     monkeypatch.setattr(scorer, "_capture", lambda shape: captured.append((shape, torch.is_inference_mode_enabled())))
     scorer.capture_all()
     assert captured == [(shape, True) for shape in shapes]
+    scorer.graphs = {scorer.graph_key(shape): "captured" for shape in shapes[:3]}
+    captured.clear()
+    scorer.capture_all()                                          # what is captured already is not built again
+    assert captured == [(shape, True) for shape in shapes[3:]]
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex, monkeypatch):
