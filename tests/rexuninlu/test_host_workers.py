@@ -104,3 +104,36 @@ def test_the_host_workers_optimization_switches_the_knob_and_applies_to_rexuninl
     assert rex.knobs.host_workers >= 1
     engine.apply_optimizations(rex, [])
     assert rex.knobs.host_workers == 0
+
+
+def test_a_slow_device_never_holds_more_than_AHEAD_batches_of_windows(rex, monkeypatch):
+    """Windows that come in while the device is busy wait on the host: what is launched and not read back stays
+    within AHEAD batches' worth, plus the last whole group. (Launching every window that was in once held whole
+    runs on the device.) The device is made slow by saying a set is finished only at every third look."""
+    from plugins.rexuninlu import scoring
+    from plugins.rexuninlu.pipeline import AHEAD
+    looks, real_finished = [0], scoring.Scoring.finished
+
+    def slow(self):
+        looks[0] += 1
+        return looks[0] % 3 == 0 and real_finished(self)
+    monkeypatch.setattr(scoring.Scoring, "finished", slow)
+    on_device, real_submit, real_result = [], rex.scorer.submit, scoring.Scoring.result
+    peak = [0]
+
+    def submit(windows, *args, **kwargs):
+        on_device.append(len(windows))
+        peak[0] = max(peak[0], sum(on_device))
+        return real_submit(windows, *args, **kwargs)
+
+    def result(self):
+        on_device.remove(len(self.out))
+        return real_result(self)
+    monkeypatch.setattr(rex.scorer, "submit", submit)
+    monkeypatch.setattr(scoring.Scoring, "result", result)
+    long_docs = [Document(str(i), "北大西洋议会春季会议在西班牙巴塞罗那闭幕" * 150, NER) for i in range(24)]
+    lines, _ = written(rex, long_docs, 4, workers=2)
+    windows_per_doc = len(rex.prompter.encode(next(iter(rex.prompter.hints({(): NER}))).text,
+                                              long_docs[0].text, "no_cls").ids)
+    assert len(lines) == len(long_docs) and windows_per_doc > 4
+    assert 0 < peak[0] <= AHEAD * 4 + windows_per_doc          # a group is one document at batch 4
