@@ -159,10 +159,19 @@ class WindowScorer:
     def capture_all(self) -> None:
         """Capture every shape now, before a run whose batches are shaped by timing (host workers'): a shape first
         met inside a run stops it while its graph is captured (draining the device's queue, then two passes)."""
-        if self.knobs.cuda_graphs and self.device.type == "cuda":
-            for shape in self.graph_shapes():
-                if self.graph_key(shape) not in self.graphs:
-                    self._capture(self.blank(*shape))
+        if not (self.knobs.cuda_graphs and self.device.type == "cuda"):
+            return
+        for shape in self.graph_shapes():
+            if self.graph_key(shape) in self.graphs:
+                continue
+            try:
+                self._capture(self.blank(*shape))
+            except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+                if not is_out_of_memory(e):
+                    raise
+                # A GPU with less memory: the run captures what it meets, and backs off (Scoring) where it must.
+                torch.cuda.empty_cache()
+                return
 
     def staging(self, B: int, L: int) -> torch.Tensor:
         """A host buffer [7, B, L] for one batch's inputs. On a GPU it is pinned, so the copy is queued without

@@ -112,6 +112,15 @@ def test_every_batch_a_run_can_pack_has_a_shape_that_capture_all_captures(fresh_
     scorer.capture_all()                                          # what is captured already is not built again
     assert captured == [(shape, True) for shape in shapes[3:]]
 
+    def short_of_memory(shape):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    monkeypatch.setattr(scorer, "_capture", short_of_memory)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    scorer.capture_all()                                          # left to the run, which backs off where it must
+    monkeypatch.setattr(scorer, "_capture", lambda shape: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        scorer.capture_all()
+
 
 def test_gradient_checkpointing_gives_the_same_gradients(fresh_rex, monkeypatch):
     from plugins.rexuninlu import modeling
