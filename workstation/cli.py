@@ -13,6 +13,7 @@ from pathlib import Path
 from contracts.domain import InputError, WeightsError, unread_chars
 from contracts.stages import describe as describe_stages
 from workstation import engine, plugins
+from workstation.recording import History
 from workstation.settings import ROOT, load_settings
 
 
@@ -233,6 +234,8 @@ def extract(args) -> int:
         print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
     if history:
         history.finish(report, {"summary": summary})
+        if history.waited >= 0.05:          # recording overlaps the run; this is what was left when it ended
+            print(f"the history took {history.waited:.2f}s more to record the last documents", file=sys.stderr)
     return 0
 
 
@@ -270,52 +273,6 @@ class Skipped:
 
     def document(self, document, error: InputError) -> None:
         self.line(error)
-
-
-class History:
-    """The run kept in the history database as it goes (storage's RunWriter): documents in short
-    transactions as results arrive, the measurements at the end. A failure to record only warns: the
-    output is what the command is for."""
-
-    def __init__(self, settings):
-        self.settings, self.writer = settings, None
-
-    def start(self, report) -> None:
-        self._try(lambda: self._open(report))
-
-    def _open(self, report) -> None:
-        from storage.repository import open_store
-        self.writer = open_store(self.settings.path(self.settings.database)).run_writer("cli")
-        self.writer.start(report)
-
-    def add(self, document, result) -> None:
-        if self.writer is not None:
-            self._try(lambda: self.writer.add(document, result))
-
-    def finish(self, report, settings_snapshot: dict) -> None:
-        if self.writer is not None:
-            self._try(lambda: self.writer.finish(report, settings_snapshot))
-        self._close()
-
-    def abandon(self) -> None:
-        if self.writer is not None:
-            try:
-                self.writer.abandon()
-            except Exception:           # noqa: BLE001 - the run failed already; its error is the one to show
-                pass
-        self._close()
-
-    def _close(self) -> None:
-        if self.writer is not None:
-            self.writer.store.close()
-            self.writer = None
-
-    def _try(self, write) -> None:
-        try:
-            write()
-        except Exception as e:          # noqa: BLE001 - reported, the run itself goes on
-            print(f"warning: the run was not recorded in the history ({type(e).__name__}: {e})", file=sys.stderr)
-            self.abandon()
 
 
 def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dict[str, float] | None:
