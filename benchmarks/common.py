@@ -101,8 +101,9 @@ def threshold_ties(a: list, b: list) -> int:
     """Of the tuples in one run and not the other, those holding a span of confidence 0.5 (4 places): the logit of
     its weakest link lies within 2e-4 of 0, the decision threshold, so whether it is kept follows the order in
     which the GEMMs of a batch shape add up, not the decoding."""
-    tuples = tuples_by_key(a) | tuples_by_key(b)
-    return sum(any(e.get("confidence") == 0.5 for e in tuples[k]) for k in tuple_keys(a) ^ tuple_keys(b))
+    in_a, in_b = tuples_by_key(a), tuples_by_key(b)
+    either = in_a | in_b
+    return sum(any(e.get("confidence") == 0.5 for e in either[k]) for k in in_a.keys() ^ in_b.keys())
 
 
 def span_agreement(a: list, b: list) -> float:

@@ -167,9 +167,9 @@ class Result:
 
         Laid out as orjson lays out to_json(), with the output's text put in whole: joining strings copies them,
         where parsing or re-encoding a dense output would cost the writer as much as decoding it did."""
-        head = orjson.dumps({"id": self.document_id}).decode()[:-1]
         extras = orjson.dumps(self._with_extras({})).decode()[1:-1]
-        return f"{head},\"output\":{self.output_json_text()}{',' if extras else ''}{extras}}}"
+        return (f'{{"id":{orjson.dumps(self.document_id).decode()},"output":{self.output_json_text()}'
+                f'{"," if extras else ""}{extras}}}')
 
     def _with_extras(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.raw is not None:

@@ -90,9 +90,9 @@ def document_record(run_id: int, position: int, doc: Document, result: Result) -
     return record
 
 
-def written_chars(doc: Document, result: Result) -> int:
+def written_chars(record: DocumentRecord) -> int:
     """About how much a document and its result add to a write transaction."""
-    return len(doc.text) + len(result.output_json_text())
+    return len(record.text) + len(record.result.output)
 
 
 def run_stages(report: RunReport) -> dict | None:

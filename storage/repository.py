@@ -293,9 +293,10 @@ class RunWriter:
     def add(self, doc: Document, result: Result) -> None:
         if self.run_id is None:
             raise RuntimeError("RunWriter.add before start")
-        self._chunk.append(document_record(self.run_id, self.written, doc, result))
+        record = document_record(self.run_id, self.written, doc, result)
+        self._chunk.append(record)
         self.written += 1
-        self._chars += written_chars(doc, result)
+        self._chars += written_chars(record)        # from the record: the output's text is written once
         if self._chars >= self.store.CHUNK_CHARS or len(self._chunk) >= self.store.CHUNK_DOCUMENTS:
             self._flush()
 

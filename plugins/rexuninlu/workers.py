@@ -148,19 +148,22 @@ class HostWorkers:
             return bool(arrived) and (not on_device or on_it() < AHEAD * batch_size and
                                       sum(len(ws) for *_, ws in arrived) >= batch_size)
 
+        def oldest_done() -> bool:
+            return bool(on_device) and on_device[0][0].finished()
+
         for pipe in self.pipes:
             hand_out(pipe)
         while next_out < len(groups):
             # This process is the one that feeds the device, so it never waits while it has something to do:
             # it takes every message that is in, and reads back only a set the device is done with.
-            busy = can_launch() or (on_device and on_device[0][0].finished())
+            busy = can_launch() or oldest_done()
             for pipe in wait(self.pipes, timeout=0 if busy else POLL_SECONDS if on_device else None):
                 take(pipe)
                 while pipe.poll():
                     take(pipe)
             if can_launch():
                 launch()
-            elif on_device and on_device[0][0].finished():
+            elif oldest_done():
                 read_back()
             while next_out in finished:
                 for result in finished.pop(next_out):

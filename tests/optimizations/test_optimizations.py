@@ -45,7 +45,7 @@ def test_lossless_stack_on_cpu_matches_fp32_eager(fresh_rex):
 
 
 def test_shape_buckets_for_graph_capture_are_lossless(fresh_rex):
-    """CUDA graphs pad rows to powers of two and lengths to multiples of 64; on CPU the same
+    """CUDA graphs pad rows to powers of two and lengths to multiples of 128; on CPU the same
     padding runs without capture, so the bucketing logic is pinned here."""
     docs = mixed_documents(12, seed=8)
     baseline = outputs(fresh_rex, docs, 3)
@@ -53,7 +53,7 @@ def test_shape_buckets_for_graph_capture_are_lossless(fresh_rex):
     from plugins.rexuninlu.pipeline import document_run
     windows = [document_run(fresh_rex.prompter, d.text, d.schema).send(None)[0] for d in docs[:3]]
     p = fresh_rex.scorer.pack([[w] for w in windows])
-    assert p.ids.shape[0] == 4 and p.ids.shape[1] % 64 == 0
+    assert p.ids.shape[0] == 4 and p.ids.shape[1] % 128 == 0
     assert outputs(fresh_rex, docs, 3) == baseline
 
 
