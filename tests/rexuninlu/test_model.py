@@ -40,8 +40,18 @@ def outputs(model, docs, batch_size):
 ONE_STEP = 1e-4 + 1e-9
 
 
+def at_threshold(t, step: float) -> bool:
+    """A tuple holding a span whose confidence is within `step` of 0.5: its logit is within about 2e-4 of 0,
+    the decision threshold, so whether it is kept follows the order in which a kernel adds up."""
+    return any(abs(e["confidence"] - 0.5) <= step for e in t if e.get("confidence") is not None)
+
+
 def assert_same_outputs(a, b, confidence_step=0.0):
-    """The same tuples in the same order; each confidence equal, or within `confidence_step`."""
+    """The same tuples in the same order; each confidence equal, or within `confidence_step`. With a step, a
+    tuple at the threshold (at_threshold) may be in one run and not the other: another batch shape or kernel
+    adds the same fp32 products in another order, and which CPU kernels run depends on the machine."""
+    if confidence_step:
+        a, b = ([[[t for t in o if not at_threshold(t, confidence_step)] for o in x] for x in (a, b)])
     strip = [[[[{k: v for k, v in e.items() if k != "confidence"} for e in t] for t in o] for o in x] for x in (a, b)]
     assert strip[0] == strip[1]
     conf = [[e.get("confidence") for o in x for t in o for e in t] for x in (a, b)]
