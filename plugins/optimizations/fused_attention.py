@@ -21,8 +21,8 @@ class FusedAttention(Optimization):
                    "pads, decoding from the KV cache in place, alibi_slopes) on a CUDA GPU in fp16/bf16 when "
                    "flash-attn is installed, else onto PyTorch SDPA with the ALiBi bias (same maths, prefill in "
                    "query chunks). RexUniNLU's disentangled attention (relative bias over prompt positions, "
-                   "isolation mask) cannot: it runs our Triton kernel or SDPA with the bias. The kernel that "
-                   "runs is shown.")
+                   "isolation mask) cannot: it runs our Triton kernel (and each block's residual add and "
+                   "LayerNorm as one Triton kernel) or SDPA with the bias. The kernel that runs is shown.")
     switch = "live"
     lossless = True
 

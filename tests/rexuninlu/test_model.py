@@ -465,3 +465,25 @@ def test_relative_tables_of_the_triton_path_equal_the_per_head_matmul():
     torch.testing.assert_close(p2c, split(kx) @ split(pq).transpose(-1, -2))
     # Views of [H, B·L, 2S]: heads outermost, rows of 2S contiguous (what the kernel reads in place).
     assert c2p.shape == (B, H, L, 2 * S) and c2p.stride() == (L * 2 * S, B * L * 2 * S, 2 * S, 1)
+
+
+def test_rotary_takes_each_angle_once_and_gives_the_references_bits():
+    from plugins.rexuninlu.modeling import Rotary
+    torch.manual_seed(4)
+    rotary = Rotary(64)
+    t, positions = torch.randn(2, 30, 64), torch.randint(0, 500, (2, 30))
+    angle = (positions.float()[..., None] * rotary.freqs).repeat_interleave(2, dim=-1)   # the reference's way
+    pairs = t.unflatten(-1, (-1, 2))
+    rotated = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+    assert torch.equal(rotary(t, positions), t * angle.cos() + rotated * angle.sin())
+
+
+@pytest.mark.parametrize("left_dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_split_matmul_is_fp32_to_about_16_bits(left_dtype):
+    from plugins.rexuninlu.modeling import split_matmul
+    torch.manual_seed(5)
+    a, w, k = torch.randn(2, 40, 96).to(left_dtype), torch.randn(96, 96) / 10, torch.randn(2, 96, 40)
+    for got, exact in ((split_matmul(a, w), a.double() @ w.double()), (split_matmul(a.float(), k), a.double() @ k.double())):
+        assert got.dtype == torch.float32 and got.shape == exact.shape
+        error = ((got.double() - exact).abs().max() / exact.abs().max()).item()
+        assert error < 2e-5, error                            # bf16 alone: ~2e-3; fp32: ~5e-7

@@ -116,3 +116,16 @@ def test_network_on_the_triton_path_matches_eager(rex_model):
         net.attention_backend = "eager"
     pairs = p.valid[:, :, None] & p.valid[:, None, :]
     torch.testing.assert_close(fused[pairs], eager[pairs], atol=1e-4, rtol=1e-5)
+
+
+def test_add_layer_norm_is_the_add_then_pytorchs_layer_norm():
+    from plugins.rexuninlu.triton_norm import add_layer_norm
+    torch.manual_seed(3)
+    norm = torch.nn.LayerNorm(96, eps=1e-7)
+    torch.nn.init.normal_(norm.weight)
+    torch.nn.init.normal_(norm.bias)
+    x, residual = torch.randn(3, 7, 96) * 3, torch.randn(3, 7, 96)
+    torch.testing.assert_close(add_layer_norm(x, residual, norm), norm(x + residual), atol=2e-6, rtol=1e-6)
+    wide = torch.nn.LayerNorm(100)                        # a width that is not a power of two: masked columns
+    x, residual = torch.randn(5, 100), torch.randn(5, 100)
+    torch.testing.assert_close(add_layer_norm(x, residual, wide), wide(x + residual), atol=2e-6, rtol=1e-6)

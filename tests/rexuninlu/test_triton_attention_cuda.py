@@ -55,3 +55,31 @@ def test_compiled_kernel_is_exact_across_its_choices_and_close_to_eager(dtype):
     tolerance = 1e-4 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(fused.float()[real], eager[real], atol=tolerance, rtol=tolerance)
     assert fused[~real].abs().max() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_compiled_add_layer_norm_is_close_to_the_add_then_pytorchs_norm(dtype):
+    from plugins.rexuninlu.triton_norm import add_layer_norm
+    g = torch.Generator(device="cuda").manual_seed(1)
+    norm = torch.nn.LayerNorm(768, eps=1e-7).cuda().to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(768, device="cuda", generator=g))
+        norm.bias.copy_(torch.randn(768, device="cuda", generator=g))
+    x, residual = (torch.randn(4, 512, 768, device="cuda", generator=g).to(dtype) for _ in range(2))
+    got, want = add_layer_norm(x, residual, norm).float(), norm(x + residual).float()
+    assert ((got - want).abs() <= 2 ** -7 * want.abs() + 2e-2).all()      # one bf16 step of the output, about
+
+
+def test_span_head_behind_a_bf16_encoder_is_fp32_to_about_16_bits(rex_model):
+    # The split bf16 products (modeling.split_matmul) against the same head in plain fp32, on one bf16 input.
+    import copy
+    net = copy.deepcopy(rex_model.network).cuda()
+    g = torch.Generator(device="cuda").manual_seed(2)
+    h = torch.randn(3, 200, net.config.hidden_size, device="cuda", generator=g).to(torch.bfloat16)
+    positions = torch.arange(200, device="cuda").expand(3, 200)
+    with torch.inference_mode():
+        split = net.span_logits(h, positions)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        plain = net.span_logits(h.float(), positions)
+    assert split.dtype == torch.float32
+    assert ((split - plain).abs().max() / plain.abs().max()).item() < 2e-5
