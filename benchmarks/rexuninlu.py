@@ -188,9 +188,9 @@ def rex_e2e(args) -> dict:
             # Warm-up: kernels compiled, with CUDA graphs every shape the run meets captured (a workstation
             # captures each once per session; 64 documents left some to the timed run), host workers started.
             engine.run(model, docs if knobs[2] or knobs[4:] else docs[:64], batch, keep_results=False)
-            sink: list[str] = []
+            sink: list[bytes] = []
             report = engine.run(model, docs, batch, keep_results=False,
-                                on_result=lambda _, r: sink.append(r.to_json_text()))
+                                on_result=lambda _, r: sink.append(r.to_json_line()))
             outputs = [json.loads(line)["output"] for line in sink]
             if baseline is None:
                 baseline = (outputs, report.wall_seconds)

@@ -56,7 +56,7 @@ class Span:
         frozen dataclass's __init__ sets each field through object.__setattr__, which costs twice this.
 
         Its __dict__ holds only what to_json() emits, in that order (the class defaults answer the rest), so
-        Result.to_json_text hands it to orjson as it is."""
+        Result.output_json hands it to orjson as it is."""
         s = _new_object(cls)
         _set_attribute(s, "__dict__", {"type": type, "span": span, "offset": offset} if confidence is None
                        else {"type": type, "span": span, "offset": offset, "confidence": confidence})
@@ -112,14 +112,14 @@ class Result:
         return replace(self, tuples=[t for t in self.tuples if not any(s.empty for s in t)])
 
     def serialised(self) -> "Result":
-        """This Result, empty spans dropped, holding its output's JSON text in place of its tuples: what a process
-        that decodes hands the one that writes. Pickled, it is that text (pickling hundreds of thousands of
-        Spans costs seconds); it is written as it is (JSON Lines, History), and the tuples are parsed back only
-        when read."""
+        """This Result, empty spans dropped, holding its output's JSON (UTF-8 bytes) in place of its tuples: what
+        a process that decodes hands the one that writes. Pickled, it is those bytes (pickling hundreds of
+        thousands of Spans costs seconds, and text would be decoded from UTF-8 on the way in); it is written as
+        it is (JSON Lines), and the tuples are parsed back only when read."""
         kept = self.without_empty_spans()
         out = replace(kept)
         del out.__dict__["tuples"]
-        out.__dict__.update(_output=kept.output_json_text(), _count=len(kept.tuples))
+        out.__dict__.update(_output=kept.output_json(), _count=len(kept.tuples))
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -146,30 +146,38 @@ class Result:
         """len(tuples), without parsing a serialised() Result's."""
         return self.__dict__["_count"] if "_output" in self.__dict__ else len(self.tuples)
 
-    def output_json_text(self) -> str:
-        """`to_json()["output"]` as compact JSON text (what History stores), without parsing a serialised() one.
+    def output_json(self) -> bytes:
+        """`to_json()["output"]` as compact JSON in UTF-8, without parsing a serialised() one.
 
         A located span's __dict__ already is its to_json() (orjson writes the offset tuple as an array), so it
         goes to orjson as it is; a span the constructor made holds all five fields and goes through to_json()."""
-        if (text := self.__dict__.get("_output")) is not None:
-            return text
+        if (data := self.__dict__.get("_output")) is not None:
+            return data
         return orjson.dumps([[d if len(d := vars(s)) < _ALL_FIELDS else s.to_json() for s in t]
-                             for t in self.tuples]).decode()
+                             for t in self.tuples])
+
+    def output_json_text(self) -> str:
+        """output_json() as text: what History stores."""
+        return self.output_json().decode()
 
     def to_json(self) -> dict[str, Any]:
         if (text := self.__dict__.get("_output")) is not None:
             return self._with_extras({"id": self.document_id, "output": orjson.loads(text)})
         return self._with_extras({"id": self.document_id, "output": [[s.to_json() for s in t] for t in self.tuples]})
 
-    def to_json_text(self) -> str:
-        """`to_json()` as compact JSON text on one line, not ASCII-escaped: what the CLI and the API write as
-        JSON Lines and corpus runs store. orjson, because on dense outputs json.dumps cost more than decoding.
+    def to_json_line(self) -> bytes:
+        """`to_json()` as compact JSON on one line (no newline), UTF-8, not ASCII-escaped: what the CLI and the
+        API write as JSON Lines. orjson, because on dense outputs json.dumps cost more than decoding.
 
-        Laid out as orjson lays out to_json(), with the output's text put in whole: joining strings copies them,
+        Laid out as orjson lays out to_json(), with the output's JSON put in whole: joining bytes copies them,
         where parsing or re-encoding a dense output would cost the writer as much as decoding it did."""
-        extras = orjson.dumps(self._with_extras({})).decode()[1:-1]
-        return (f'{{"id":{orjson.dumps(self.document_id).decode()},"output":{self.output_json_text()}'
-                f'{"," if extras else ""}{extras}}}')
+        extras = orjson.dumps(self._with_extras({}))[1:-1]
+        return b"".join((b'{"id":', orjson.dumps(self.document_id), b',"output":', self.output_json(),
+                         b"," if extras else b"", extras, b"}"))
+
+    def to_json_text(self) -> str:
+        """to_json_line() as text: what corpus runs store."""
+        return self.to_json_line().decode()
 
     def _with_extras(self, out: dict[str, Any]) -> dict[str, Any]:
         if self.raw is not None:

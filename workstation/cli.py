@@ -201,9 +201,9 @@ def extract(args) -> int:
     reading = ReadingCount()
     history = None if args.no_record else History(s)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        with os.fdopen(fd, "wb") as out:
             def write(document, result) -> None:
-                out.write(result.to_json_text() + "\n")
+                out.write(result.to_json_line() + b"\n")       # UTF-8 JSON Lines, as the Result holds them
                 reading.add(document, result)
                 if history:
                     history.add(document, result)

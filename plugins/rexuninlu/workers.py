@@ -5,7 +5,7 @@ Why processes: dense outputs cost the host about 5 µs of Python per span, in on
 as slow as its host however fast the device (docs/performance.md §5). Each worker runs whole groups of
 documents through the reference's prompt loop (pipeline.start_group / Group.take) with its own Prompter;
 this process only batches the windows the workers hand over, scores them, hands the links back, and yields
-the finished Results in input order. Results cross as their JSON text (Result.serialised), so writing them
+the finished Results in input order. Results cross as their JSON bytes (Result.serialised), so writing them
 needs no per-span work here either.
 
 Messages, each a tuple (kind, group number, payload):

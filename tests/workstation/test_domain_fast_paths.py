@@ -91,7 +91,10 @@ def dense_result() -> Result:
 def test_a_serialised_result_is_its_json_text_and_reads_back_as_the_result():
     plain = dense_result().without_empty_spans()
     sent = pickle.loads(pickle.dumps(dense_result().serialised()))
-    assert "tuples" not in vars(sent)                                    # crossed as text, not as Spans
+    assert "tuples" not in vars(sent)                                    # crossed as JSON, not as Spans
+    assert isinstance(vars(sent)["_output"], bytes)                      # UTF-8 as written: nothing decoded
+    assert sent.to_json_line() == plain.to_json_line() == plain.to_json_text().encode()
+    assert sent.output_json_text() == plain.output_json_text() and "\\u" not in sent.to_json_text()
     assert sent.to_json_text() == plain.to_json_text() and sent.to_json() == plain.to_json()
     assert sent.tuple_count == 2 and sent.without_empty_spans() is sent
     assert sent == plain and sent.tuples == plain.tuples                  # parsed when read, then plain

@@ -315,7 +315,7 @@ def _routes(app: FastAPI, state: ApiState) -> None:
         def lines():
             for _, result in state.store.job_results(job_id):
                 if result is not None:
-                    yield result.to_json_text() + "\n"
+                    yield result.to_json_line() + b"\n"
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     @app.delete("/v1/jobs/{job_id}", tags=["jobs"])
