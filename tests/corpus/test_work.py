@@ -90,3 +90,37 @@ def test_a_seqgpt_worker_writes_the_lines_extract_writes(tmp_path):
     out = ExtractionWorker(job)(rows).to_pylist()
     assert [r["output"] for r in out] == (tmp_path / "cli.jsonl").read_text("utf-8").splitlines()
     assert all("raw" in json.loads(r["output"]) for r in out)
+
+
+def test_a_cancel_whose_interrupt_is_lost_is_sent_again_until_the_run_stops(monkeypatch):
+    # Seen on a loaded 2-core machine: the first interrupt vanished inside Ray's driver code and the cancelled
+    # run wrote every row. The watcher repeats it while the run goes on, and never once the run has stopped it.
+    from workstation.corpus import progress
+
+    class Store:
+        def update(self, *counts):
+            return "cancelled"
+
+    class Tally:
+        class snapshot:
+            @staticmethod
+            def remote():
+                return None
+
+    interrupts, clock = [], [100.0]
+    monkeypatch.setattr(progress.ray, "get", lambda *a, **k: {"totals": {}, "workers": {}})
+    monkeypatch.setattr(progress._thread, "interrupt_main", lambda: interrupts.append(clock[0]))
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    watcher = progress.Watcher(Tally(), {"shards": {}}, [], {}, Store(), show=False)
+    watcher._poll()
+    assert watcher.cancelled and interrupts == [100.0]
+    clock[0] += progress.REINTERRUPT_SECONDS / 2
+    watcher._poll()
+    assert interrupts == [100.0]                           # not before the run had time to stop
+    clock[0] += progress.REINTERRUPT_SECONDS
+    watcher._poll()
+    assert len(interrupts) == 2                           # still running: sent again
+    watcher._stop.set()                                   # the run stopped (Watcher.stop)
+    clock[0] += 10 * progress.REINTERRUPT_SECONDS
+    watcher._poll()
+    assert len(interrupts) == 2

@@ -62,6 +62,9 @@ class Reporter:
         self.tally.record.remote(kind, *args)
 
 
+REINTERRUPT_SECONDS = 2.0
+
+
 class Watcher:
     """Follows the Tally once a second: the terminal's progress bar, the store's counts, a cancel from the UI."""
 
@@ -71,6 +74,7 @@ class Watcher:
         self.staged_before = {k: len(v) for k, v in done_lines.items()}
         self.last: dict = {"totals": {}, "workers": {}}
         self.cancelled = False
+        self._interrupted = 0.0
         self.started = time.perf_counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="corpus-progress", daemon=True)
@@ -128,6 +132,12 @@ class Watcher:
                              self.processed() / elapsed if elapsed else None) == "cancelled" and not self.cancelled:
             self.cancelled = True
             print("\ncancelled from the Batch page: stopping (run the command again to resume)", file=sys.stderr)
+            self._interrupted = time.monotonic()
+            _thread.interrupt_main()
+        elif self.cancelled and not self._stop.is_set() and time.monotonic() - self._interrupted > REINTERRUPT_SECONDS:
+            # The run is still going: the interrupt was lost inside Ray's driver code (seen on a loaded 2-core
+            # machine, where a cancelled run wrote every row), so it is sent again until the run stops.
+            self._interrupted = time.monotonic()
             _thread.interrupt_main()
 
     def summary(self, run_entry: dict) -> None:

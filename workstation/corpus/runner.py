@@ -233,6 +233,8 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
         watcher.start()
         ds.write_parquet(str(out.staging), partition_cols=["shard"], ray_remote_args={"num_cpus": 0.5})
         watcher.stop()
+        if watcher.cancelled:           # a cancel whose interrupt never reached this thread still stops the job
+            raise KeyboardInterrupt
         unfinished = _finalise(job, out, manifest, pending)
         if unfinished:
             raise RuntimeError(f"{len(unfinished)} shard(s) are not complete after the run: "
