@@ -124,3 +124,27 @@ def test_a_cancel_whose_interrupt_is_lost_is_sent_again_until_the_run_stops(monk
     clock[0] += 10 * progress.REINTERRUPT_SECONDS
     watcher._poll()
     assert len(interrupts) == 2
+
+
+def test_a_cancel_is_seen_while_the_tally_does_not_answer(monkeypatch):
+    from workstation.corpus import progress
+
+    class Store:
+        def update(self, *counts):
+            return "cancelled"
+
+    class Tally:
+        class snapshot:
+            @staticmethod
+            def remote():
+                return None
+
+    def late(*args, **kwargs):
+        raise TimeoutError("the tally is busy")
+
+    interrupts = []
+    monkeypatch.setattr(progress.ray, "get", late)
+    monkeypatch.setattr(progress._thread, "interrupt_main", lambda: interrupts.append(1))
+    watcher = progress.Watcher(Tally(), {"shards": {}}, [], {}, Store(), show=False)
+    watcher._poll()
+    assert watcher.cancelled and interrupts == [1]

@@ -63,6 +63,7 @@ class Reporter:
 
 
 REINTERRUPT_SECONDS = 2.0
+SNAPSHOT_SECONDS = 1.0          # the tally's counts are for display: a poll does not wait longer for them
 
 
 class Watcher:
@@ -116,9 +117,11 @@ class Watcher:
 
     def _poll(self) -> None:
         try:
-            self.last = ray.get(self.tally.snapshot.remote(), timeout=10)
-        except Exception:                                 # noqa: BLE001 - the next poll tries again
-            return
+            self.last = ray.get(self.tally.snapshot.remote(), timeout=SNAPSHOT_SECONDS)
+        except Exception:                                 # noqa: BLE001 - counts as last seen; the next poll tries again
+            # A cancel is still looked for: on a loaded 2-core machine the tally, queued behind the workers'
+            # reports, answered too late to poll after poll, and a cancelled run wrote every row.
+            pass
         done, total = self.totals()
         rates = [w["documents"] / w["busy_seconds"] for w in self.last["workers"].values() if w["busy_seconds"]]
         if self.bar is not None:
