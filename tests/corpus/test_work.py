@@ -92,26 +92,37 @@ def test_a_seqgpt_worker_writes_the_lines_extract_writes(tmp_path):
     assert all("raw" in json.loads(r["output"]) for r in out)
 
 
-def test_a_cancel_whose_interrupt_is_lost_is_sent_again_until_the_run_stops(monkeypatch):
-    # Seen on a loaded 2-core machine: the first interrupt vanished inside Ray's driver code and the cancelled
-    # run wrote every row. The watcher repeats it while the run goes on, and never once the run has stopped it.
+
+class CancelledStore:
+    """The workstation's store, where the job has been cancelled from the Batch page."""
+
+    def update(self, *counts):
+        return "cancelled"
+
+
+class Tally:
+    class snapshot:
+        @staticmethod
+        def remote():
+            return None
+
+
+def cancelled_watcher(monkeypatch, snapshot):
+    """A corpus run's watcher over a cancelled job; returns it and the interrupts it sends the main thread."""
     from workstation.corpus import progress
+    interrupts = []
+    monkeypatch.setattr(progress.ray, "get", snapshot)
+    monkeypatch.setattr(progress._thread, "interrupt_main", lambda: interrupts.append(progress.time.monotonic()))
+    return progress.Watcher(Tally(), {"shards": {}}, [], {}, CancelledStore(), show=False), interrupts
 
-    class Store:
-        def update(self, *counts):
-            return "cancelled"
 
-    class Tally:
-        class snapshot:
-            @staticmethod
-            def remote():
-                return None
-
-    interrupts, clock = [], [100.0]
-    monkeypatch.setattr(progress.ray, "get", lambda *a, **k: {"totals": {}, "workers": {}})
-    monkeypatch.setattr(progress._thread, "interrupt_main", lambda: interrupts.append(clock[0]))
+def test_a_cancel_whose_interrupt_is_lost_is_sent_again_until_the_run_stops(monkeypatch):
+    # Seen on a loaded 2-core machine: a cancelled run wrote every row. While the run goes on, the watcher
+    # repeats the interrupt, and never once the run has stopped.
+    from workstation.corpus import progress
+    clock = [100.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
-    watcher = progress.Watcher(Tally(), {"shards": {}}, [], {}, Store(), show=False)
+    watcher, interrupts = cancelled_watcher(monkeypatch, lambda *a, **k: {"totals": {}, "workers": {}})
     watcher._poll()
     assert watcher.cancelled and interrupts == [100.0]
     clock[0] += progress.REINTERRUPT_SECONDS / 2
@@ -127,24 +138,9 @@ def test_a_cancel_whose_interrupt_is_lost_is_sent_again_until_the_run_stops(monk
 
 
 def test_a_cancel_is_seen_while_the_tally_does_not_answer(monkeypatch):
-    from workstation.corpus import progress
-
-    class Store:
-        def update(self, *counts):
-            return "cancelled"
-
-    class Tally:
-        class snapshot:
-            @staticmethod
-            def remote():
-                return None
-
-    def late(*args, **kwargs):
+    def busy(*args, **kwargs):
         raise TimeoutError("the tally is busy")
 
-    interrupts = []
-    monkeypatch.setattr(progress.ray, "get", late)
-    monkeypatch.setattr(progress._thread, "interrupt_main", lambda: interrupts.append(1))
-    watcher = progress.Watcher(Tally(), {"shards": {}}, [], {}, Store(), show=False)
+    watcher, interrupts = cancelled_watcher(monkeypatch, busy)
     watcher._poll()
-    assert watcher.cancelled and interrupts == [1]
+    assert watcher.cancelled and len(interrupts) == 1
