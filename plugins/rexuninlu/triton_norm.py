@@ -37,10 +37,6 @@ if triton is not None:
         tl.store(Y + row * stride_y + cols, y.to(Y.dtype.element_ty), mask=ok)
 
 
-def available() -> bool:
-    return triton is not None
-
-
 def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
     """norm(x + residual) over the last dim; x and residual of one shape and dtype."""
     d = x.shape[-1]

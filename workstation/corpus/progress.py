@@ -75,7 +75,7 @@ class Watcher:
         self.staged_before = {k: len(v) for k, v in done_lines.items()}
         self.last: dict = {"totals": {}, "workers": {}}
         self.cancelled = False
-        self._interrupted = 0.0
+        self._interrupted = float("-inf")                  # the first interrupt goes at once
         self.started = time.perf_counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="corpus-progress", daemon=True)
@@ -135,11 +135,9 @@ class Watcher:
                              self.processed() / elapsed if elapsed else None) == "cancelled" and not self.cancelled:
             self.cancelled = True
             print("\ncancelled from the Batch page: stopping (run the command again to resume)", file=sys.stderr)
-            self._interrupted = time.monotonic()
-            _thread.interrupt_main()
-        elif self.cancelled and not self._stop.is_set() and time.monotonic() - self._interrupted > REINTERRUPT_SECONDS:
-            # The run is still going: the interrupt was lost inside Ray's driver code (seen on a loaded 2-core
-            # machine, where a cancelled run wrote every row), so it is sent again until the run stops.
+        if self.cancelled and not self._stop.is_set() and time.monotonic() - self._interrupted > REINTERRUPT_SECONDS:
+            # Sent again every REINTERRUPT_SECONDS while the run goes on: on a loaded 2-core machine a cancelled
+            # run went on to write every row. Once the run has stopped, runner.execute checks `cancelled` itself.
             self._interrupted = time.monotonic()
             _thread.interrupt_main()
 
