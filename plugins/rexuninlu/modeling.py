@@ -116,23 +116,22 @@ def attend(q, k, v, c2p_table, p2c_table, st: Structure, scale: float, backend: 
     raise ValueError(f"unknown attention backend {backend!r}")
 
 
-def relative_tables(qx, kx, pq, pk, heads: int):
-    """c2p = Q·PKᵀ and p2c = K·PQᵀ, [B,H,L,2S] each, with no copy of any operand (the Triton path).
+def relative_tables(qkv, pq, pk, heads: int):
+    """c2p = Q·PKᵀ and p2c = K·PQᵀ, [B,H,L,2S] each, from one GEMM with no copy of Q or K (the Triton path).
 
-    qx, kx [B,L,D] (rows contiguous); pq, pk [2S,D]. `q @ pk.transpose(-1, -2)` on the [B,H,L,d]
-    views makes matmul broadcast PK over the batch and fold [B,H] into one dim, which copies Q and
-    the expanded PK every layer. Here the heads are the GEMM's batch over strided views cuBLAS reads
-    as they are: [H, B·L, d] (row stride D) times [H, d, 2S] (column-major) gives [H, B·L, 2S], and
-    its [B,H,L,2S] permutation is a view whose rows of 2S stay contiguous, which is all the kernel needs.
+    qkv [B,L,≥2D] contiguous, Q's columns then K's (SelfAttention's fused projection); pq, pk [2S,D]. The 2H heads
+    of Q and K lie evenly spaced along qkv's rows, so they are one strided batch cuBLAS reads as it is:
+    [2H, B·L, d] (row stride of qkv) times [2H, d, 2S] (PK's heads for Q's, then PQ's for K's) gives
+    [2H, B·L, 2S]. Its [B,2H,L,2S] permutation is a view whose rows of 2S stay contiguous, which is all the
+    kernel needs. (`q @ pk.transpose(-1, -2)` on [B,H,L,d] views would broadcast PK over the batch and
+    copy Q and the expanded PK every layer.)
     """
-    B, L, _ = qx.shape
-
-    def table(x, p):
-        rows = x.view(B * L, heads, -1).transpose(0, 1)             # [H, B·L, d]
-        cols = p.view(p.shape[0], heads, -1).permute(1, 2, 0)       # [H, d, 2S]
-        return torch.bmm(rows, cols).view(heads, B, L, -1).transpose(0, 1)
-
-    return table(qx, pk), table(kx, pq)
+    B, L, _ = qkv.shape
+    d = pq.shape[-1] // heads
+    rows = qkv.view(B * L, -1, d)[:, :2 * heads].transpose(0, 1)                  # [2H, B·L, d]
+    cols = torch.cat((pk, pq), dim=-1).view(pq.shape[0], 2 * heads, d).permute(1, 2, 0)   # [2H, d, 2S]
+    tables = torch.bmm(rows, cols).view(2 * heads, B, L, -1).transpose(0, 1)      # [B, 2H, L, 2S]
+    return tables[:, :heads], tables[:, heads:]
 
 
 class SelfAttention(nn.Module):
@@ -151,14 +150,20 @@ class SelfAttention(nn.Module):
         return x.view(*x.shape[:-1], self.heads, -1).transpose(-3, -2)
 
     def forward(self, x, rel, st, backend):
-        qx, kx, vx = self.query_proj(x), self.key_proj(x), self.value_proj(x)      # [B,L,D]
         # share_att_key: positions go through the same projections, bias included.
         rel = self.pos_dropout(rel)
-        pq, pk = self.query_proj(rel), self.key_proj(rel)                           # [2S,D]
-        q, k, v = self.split(qx), self.split(kx), self.split(vx)
         if backend == Kernel.TRITON:
-            c2p, p2c = relative_tables(qx, kx, pq, pk, self.heads)
+            # One GEMM over the three weights side by side; q, k, v are views of its [B,L,3D] output
+            # (rows of stride 3D), which the kernel and the tables' GEMM read as they are.
+            layers = (self.query_proj, self.key_proj, self.value_proj)
+            weight, bias = torch.cat([p.weight for p in layers]), torch.cat([p.bias for p in layers])
+            qkv = F.linear(x, weight, bias)                                         # [B,L,3D]
+            q, k, v = (self.split(t) for t in qkv.chunk(3, dim=-1))
+            pq, pk = F.linear(rel, weight[:2 * x.shape[-1]], bias[:2 * x.shape[-1]]).chunk(2, dim=-1)  # [2S,D]
+            c2p, p2c = relative_tables(qkv, pq, pk, self.heads)
         else:   # unchanged GEMMs: fp32 outputs are pinned identical to the one-window-at-a-time baseline
+            q, k, v = self.split(self.query_proj(x)), self.split(self.key_proj(x)), self.split(self.value_proj(x))
+            pq, pk = self.query_proj(rel), self.key_proj(rel)                       # [2S,D]
             c2p, p2c = q @ self.split(pk).transpose(-1, -2), k @ self.split(pq).transpose(-1, -2)
         ctx = attend(q, k, v, c2p, p2c, st, self.scale, backend, self.dropout.p if self.training else 0.0)
         return ctx.transpose(-3, -2).flatten(-2)           # [B,L,D]
@@ -188,10 +193,25 @@ class Attention(nn.Module):
         self.output = DenseNorm(cfg.hidden_size, cfg.hidden_size, cfg.layer_norm_eps, cfg.hidden_dropout_prob)
 
 
+def gelu_linear(x, weight, bias, fused: bool):
+    """gelu(x·Wᵀ + b). fused, at reduced precision: the GELU runs in the GEMM's epilogue (cuBLASLt), on the
+    fp32 accumulator before the one rounding, which spares a pass over the output (the FFN's [B,L,4D]: 1.6 of
+    29 ms per batch of 64 windows on an H200, profiled). The epilogue's GELU is the tanh form: at most 4.8e-4
+    from the erf form (at x ≈ 2.7, where the output's bf16 step is 0.016); docs/faithfulness.md. fp32 keeps
+    the erf form. Callers pass fused only at inference (the fused-kernel path has no backward)."""
+    if fused and x.dtype in (torch.bfloat16, torch.float16):
+        rows = torch._addmm_activation(bias, x.flatten(0, -2), weight.t(), use_gelu=True)
+        return rows.unflatten(0, x.shape[:-1])
+    return F.gelu(F.linear(x, weight, bias))
+
+
 class Intermediate(nn.Module):
     def __init__(self, cfg: RexConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, x, fused: bool = False):
+        return gelu_linear(x, self.dense.weight, self.dense.bias, fused and not self.training)
 
 
 class Layer(nn.Module):
@@ -204,7 +224,7 @@ class Layer(nn.Module):
     def forward(self, x, rel, st, backend):
         fused = backend == Kernel.TRITON
         a = self.attention.output(self.attention.self(x, rel, st, backend), x, fused)
-        return self.output(F.gelu(self.intermediate.dense(a)), a, fused)
+        return self.output(self.intermediate(a, fused), a, fused)
 
 
 class ConvLayer(nn.Module):
@@ -222,19 +242,25 @@ class ConvLayer(nn.Module):
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
 
-    def forward(self, emb, x, valid, segments=None):       # emb, x [B,L,D]; valid, segments [B,L]
+    def forward(self, emb, x, valid, segments=None, fused: bool = False):   # emb, x [B,L,D]; valid, segments [B,L]
+        """fused (the fused-kernel path, inference): GELU in the GEMM's epilogue (gelu_linear; gelu(0) = 0,
+        so masking after it is masking before it) and the residual add with the norm in one kernel."""
         k = self.conv.kernel_size[0]
-        half, L = (k - 1) // 2, emb.shape[1]
+        half = (k - 1) // 2
         padded = F.pad(emb, (0, 0, half, k - 1 - half))    # [B,L+k-1,D]
-        taps = [padded[:, i:i + L] for i in range(k)]
+        taps = padded.unfold(1, k, 1).transpose(-1, -2)    # [B,L,k,D], a view: tap i of token t is padded[t+i]
         if segments is not None:
             # Packed rows: a tap never reads the neighbouring window (zero, as at a sequence end).
             seg = F.pad(segments, (half, k - 1 - half), value=-2)
-            taps = [t * (seg[:, i:i + L] == segments).unsqueeze(-1).to(t.dtype) for i, t in enumerate(taps)]
-        taps = torch.cat(taps, dim=-1)                                                  # [B,L,k*D]
+            taps = torch.where((seg.unfold(1, k, 1) == segments.unsqueeze(-1)).unsqueeze(-1), taps, 0.0)
+        taps = taps.flatten(-2)                                                         # [B,L,k*D], one copy
         weight = self.conv.weight.permute(0, 2, 1).flatten(1)                          # [D, k*D]
-        c = F.linear(taps, weight, self.conv.bias)
-        c = F.gelu(self.dropout(c.masked_fill(~valid.unsqueeze(-1), 0.0)))
+        pad = ~valid.unsqueeze(-1)
+        if fused and not self.training:
+            from plugins.rexuninlu.triton_norm import add_layer_norm
+            c = gelu_linear(taps, weight, self.conv.bias, True).masked_fill(pad, 0.0)
+            return add_layer_norm(c, x, self.LayerNorm) * valid.unsqueeze(-1).to(x.dtype)
+        c = F.gelu(self.dropout(F.linear(taps, weight, self.conv.bias).masked_fill(pad, 0.0)))
         return self.LayerNorm(x + c) * valid.unsqueeze(-1).to(x.dtype)
 
 
@@ -264,7 +290,7 @@ class Encoder(nn.Module):
             else:
                 x = layer(x, rel, st, backend)
             if i == 0:
-                x = self.conv(emb, x, valid, segments)
+                x = self.conv(emb, x, valid, segments, backend == Kernel.TRITON)
         return x
 
 
@@ -325,13 +351,16 @@ class Rotary(nn.Module):
         super().__init__()
         self.freqs = nn.Parameter(1.0 / 10000 ** (torch.arange(0, dim, 2).float() / dim), requires_grad=False)
 
+    def angles(self, position_ids, dtype):                  # -> cos, sin [B,L,D/2]
+        # The reference casts the angle to t's dtype before cos/sin.
+        ang = (position_ids.to(self.freqs.dtype)[..., None] * self.freqs).to(dtype)
+        return ang.cos(), ang.sin()
+
     def forward(self, t, position_ids):                     # t [B,L,D]
         # t·cos + (−x1, x0)·sin pair by pair, with each angle's cos and sin taken once (the reference
         # repeats every angle for both members of its pair first): the same operations on the same
         # values, so the same bits, in half the transcendental work and fewer passes over [B,L,D].
-        # The reference casts the angle to t's dtype before cos/sin.
-        ang = (position_ids.to(self.freqs.dtype)[..., None] * self.freqs).to(t.dtype)
-        cos, sin = ang.cos(), ang.sin()                     # [B,L,D/2]
+        cos, sin = self.angles(position_ids, t.dtype)
         x0, x1 = t.unflatten(-1, (-1, 2)).unbind(-1)
         return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), dim=-1).flatten(-2)
 
@@ -367,6 +396,15 @@ class RexModel(nn.Module):
             q = self.rotary_emb(self.ffnq(h), position_ids)
             k = self.rotary_emb(self.ffnk(h), position_ids)
             return q @ k.transpose(-1, -2)
+        if self.attention_backend == Kernel.TRITON:
+            # q's and k's projections as one product against the weights' parts side by side, then the
+            # parts' sum, bias, rotary and split in one kernel, then q·kᵀ as one product (triton_rotary).
+            from plugins.rexuninlu.triton_rotary import rotary_parts
+            weight = torch.cat(bf16_parts(torch.cat((self.ffnq.weight, self.ffnk.weight))))   # [n·2D, D]
+            projection = torch.mm(h.flatten(0, 1), weight.t(), out_dtype=torch.float32).unflatten(0, h.shape[:2])
+            q, k = rotary_parts(projection, torch.cat((self.ffnq.bias, self.ffnk.bias)),
+                                *self.rotary_emb.angles(position_ids, torch.float32))
+            return torch.bmm(q, k.mT, out_dtype=torch.float32)
         q = self.rotary_emb(split_matmul(h, self.ffnq.weight.t()) + self.ffnq.bias, position_ids)
         k = self.rotary_emb(split_matmul(h, self.ffnk.weight.t()) + self.ffnk.bias, position_ids)
         return split_matmul(q, k.transpose(-1, -2))

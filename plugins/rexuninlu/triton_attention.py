@@ -11,7 +11,7 @@ online softmax, nothing [L, L] written to memory — and adds inside each tile:
   allowed(i, j) from the per-token group/type/segment codes (scoring.isolation_mask's rule)
 
 C and P are [B, H, L, 2S] with any batch/head/row strides (each its own), rows of 2S contiguous:
-modeling.relative_tables computes each as one [H, B·L, 2S] GEMM and hands over its permuted view.
+modeling.relative_tables computes both as one [2H, B·L, 2S] GEMM and hands over permuted views of it.
 The gathers read rows of C and P that stay in L2 while a head is processed. Rows with no allowed
 key (padding) give zeros, as XSoftmax does. Each block of rows visits only the key tiles of its own
 windows (kernel_codes' ranges), so a row packed with several windows costs about what they would alone.

@@ -454,17 +454,21 @@ def test_relative_tables_of_the_triton_path_equal_the_per_head_matmul():
     from plugins.rexuninlu.modeling import relative_tables
     torch.manual_seed(0)
     B, L, H, d, S = 3, 20, 4, 8, 16
-    qx, kx = torch.randn(B, L, H * d), torch.randn(B, L, H * d)
+    qkv = torch.randn(B, L, 3 * H * d)                   # q, k, v side by side, as the fused projection
+    qx, kx = qkv[..., :H * d], qkv[..., H * d:2 * H * d]
     pq, pk = torch.randn(2 * S, H * d), torch.randn(2 * S, H * d)
 
     def split(x):
         return x.view(*x.shape[:-1], H, d).transpose(-3, -2)
 
-    c2p, p2c = relative_tables(qx, kx, pq, pk, H)
+    c2p, p2c = relative_tables(qkv, pq, pk, H)
     torch.testing.assert_close(c2p, split(qx) @ split(pk).transpose(-1, -2))
     torch.testing.assert_close(p2c, split(kx) @ split(pq).transpose(-1, -2))
-    # Views of [H, B·L, 2S]: heads outermost, rows of 2S contiguous (what the kernel reads in place).
-    assert c2p.shape == (B, H, L, 2 * S) and c2p.stride() == (L * 2 * S, B * L * 2 * S, 2 * S, 1)
+    # Views of one [2H, B·L, 2S] GEMM output: heads outermost, rows of 2S contiguous (the kernel reads them
+    # in place), p2c's heads after c2p's.
+    assert c2p.shape == p2c.shape == (B, H, L, 2 * S)
+    assert c2p.stride() == p2c.stride() == (L * 2 * S, B * L * 2 * S, 2 * S, 1)
+    assert p2c.data_ptr() - c2p.data_ptr() == H * B * L * 2 * S * c2p.element_size()
 
 
 def test_rotary_takes_each_angle_once_and_gives_the_references_bits():
@@ -487,3 +491,18 @@ def test_split_matmul_is_fp32_to_about_16_bits(left_dtype):
         assert got.dtype == torch.float32 and got.shape == exact.shape
         error = ((got.double() - exact).abs().max() / exact.abs().max()).item()
         assert error < 2e-5, error                            # bf16 alone: ~2e-3; fp32: ~5e-7
+
+
+def test_fused_intermediate_takes_gelus_tanh_form_in_the_gemm_at_reduced_precision_only(rex_model):
+    import copy
+
+    import torch.nn.functional as F
+    block = copy.deepcopy(rex_model.network.plm.encoder.layer[0].intermediate).eval()
+    torch.manual_seed(7)
+    x = torch.randn(2, 9, block.dense.in_features)
+    assert torch.equal(block(x, fused=True), F.gelu(block.dense(x)))        # fp32: the erf form, unchanged
+    block, x = block.to(torch.bfloat16), x.to(torch.bfloat16)
+    fused, erf = block(x, fused=True).float(), block(x).float()
+    torch.testing.assert_close(fused, F.gelu(block.dense(x).float(), approximate="tanh"), atol=2e-2, rtol=2 ** -7)
+    assert ((fused - erf).abs() <= erf.abs() * 2 ** -7 + 2e-3).all()           # within about a bf16 step
+    assert fused.shape == (2, 9, block.dense.out_features)

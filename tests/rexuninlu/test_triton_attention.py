@@ -129,3 +129,30 @@ def test_add_layer_norm_is_the_add_then_pytorchs_layer_norm():
     wide = torch.nn.LayerNorm(100)                        # a width that is not a power of two: masked columns
     x, residual = torch.randn(5, 100), torch.randn(5, 100)
     torch.testing.assert_close(add_layer_norm(x, residual, wide), wide(x + residual), atol=2e-6, rtol=1e-6)
+
+
+def test_rotary_parts_sums_the_terms_adds_the_bias_rotates_and_lays_out_the_bf16_parts():
+    from plugins.rexuninlu.modeling import Rotary
+    from plugins.rexuninlu.triton_rotary import rotary_parts
+    torch.manual_seed(6)
+    D = 24                                                # 24 pairs for q and k: a block with masked lanes
+    rotary = Rotary(D)
+    bias = torch.randn(2 * D)
+    for terms in (1, 2):
+        projection = torch.randn(2, 5, terms * 2 * D) * 3
+        summed = sum(projection.split(2 * D, -1)) + bias
+        for positions in (torch.randint(0, 500, (2, 5)), torch.arange(5).expand(2, 5)):
+            q, k = rotary_parts(projection, bias, *rotary.angles(positions, torch.float32))
+            want_q, want_k = (rotary(side, positions) for side in summed.split(D, -1))
+            assert q.dtype == k.dtype == torch.bfloat16 and q.shape == k.shape == (2, 5, 3 * D)
+            q_hi, q_lo, q_hi2 = q.split(D, -1)
+            k_hi, k_hi2, k_lo = k.split(D, -1)
+            assert torch.equal(q_hi, q_hi2) and torch.equal(k_hi, k_hi2)
+            for high, low, want in ((q_hi, q_lo, want_q), (k_hi, k_lo, want_k)):
+                assert ((high.float() - want).abs() <= want.abs() * 2 ** -7).all()   # bf16 (the interpreter truncates)
+                assert ((high.float() + low.float() - want).abs() <= want.abs() * 2 ** -15 + 1e-6).all()
+            logits = q.float() @ k.float().mT                 # one product over the parts: the head's q·kᵀ
+            exact = want_q.double() @ want_k.double().mT
+            # about 2⁻¹⁶ (split_matmul's test: < 2e-5); the interpreter truncates, twice rounding's error
+            assert ((logits.double() - exact).abs().max() / exact.abs().max()).item() < 5e-5
+

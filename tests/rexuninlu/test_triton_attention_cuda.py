@@ -70,10 +70,13 @@ def test_compiled_add_layer_norm_is_close_to_the_add_then_pytorchs_norm(dtype):
     assert ((got - want).abs() <= 2 ** -7 * want.abs() + 2e-2).all()      # one bf16 step of the output, about
 
 
-def test_span_head_behind_a_bf16_encoder_is_fp32_to_about_16_bits(rex_model):
-    # The split bf16 products (modeling.split_matmul) against the same head in plain fp32, on one bf16 input.
+@pytest.mark.parametrize("backend", ["eager", "triton"])
+def test_span_head_behind_a_bf16_encoder_is_fp32_to_about_16_bits(rex_model, backend):
+    # The split bf16 products (modeling.split_matmul) against the same head in plain fp32, on one bf16 input;
+    # on the triton path with bias, rotary and split in one kernel (triton_rotary).
     import copy
     net = copy.deepcopy(rex_model.network).cuda()
+    net.attention_backend = backend
     g = torch.Generator(device="cuda").manual_seed(2)
     h = torch.randn(3, 200, net.config.hidden_size, device="cuda", generator=g).to(torch.bfloat16)
     positions = torch.arange(200, device="cuda").expand(3, 200)
@@ -83,3 +86,17 @@ def test_span_head_behind_a_bf16_encoder_is_fp32_to_about_16_bits(rex_model):
         plain = net.span_logits(h.float(), positions)
     assert split.dtype == torch.float32
     assert ((split - plain).abs().max() / plain.abs().max()).item() < 2e-5
+
+
+def test_gelu_in_the_gemms_epilogue_is_within_a_bf16_step_of_the_erf_form(rex_model):
+    import copy
+
+    import torch.nn.functional as F
+    block = copy.deepcopy(rex_model.network.plm.encoder.layer[0].intermediate).cuda().eval()
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(4, 512, block.dense.in_features, device="cuda", generator=g)
+    with torch.inference_mode():
+        block, x = block.to(torch.bfloat16), x.to(torch.bfloat16)
+        erf, fused = F.gelu(block.dense(x)).float(), block(x, fused=True).float()     # two kernels; one
+    assert ((fused - erf).abs() <= erf.abs() * 2 ** -6 + 1e-3).all()     # a bf16 step each, and 4.8e-4
+
