@@ -203,8 +203,36 @@ def test_a_rerun_after_a_cancel_skips_finished_work_and_writes_each_document_onc
         assert_matches_cli(rows[str(f.resolve())], cli_lines(tmp_path, rex_tiny, f))
     assert manifest["counts"]["documents"] == 3 * PER_FILE
     assert manifest["store_job"] == first["store_job"]
-    if staged_before < 3 * PER_FILE:        # a rerun that only finalises does not touch the store's job (left open)
-        assert store.get_job(first["store_job"]).status == "done"
+    assert store.get_job(first["store_job"]).status == "done"
+
+
+def test_a_rerun_that_only_finalises_ends_the_stores_job_done(local_ray, tmp_path, rex_tiny, store, monkeypatch):
+    """A stop after every row was staged (a late cancel, or Ctrl-C) leaves nothing to extract: the rerun
+    only writes the parts, and the Batch page's job, stopped by that run, must end done all the same."""
+    (tmp_path / "in").mkdir()
+    files = [jsonl(tmp_path / "in" / f"s{i}.jsonl", documents(3, f"s{i}-")) for i in range(2)]
+    out = tmp_path / "out"
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*.jsonl"), out, progress=False,
+                           store=store.path)
+
+    def stopped(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(runner, "_finalise", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(job)
+    first = json.loads((out / "_manifest.json").read_text("utf-8"))
+    assert first["status"] == "interrupted" and store.get_job(first["store_job"]).status == "cancelled"
+    assert sum(pq.read_metadata(f).num_rows for f in (out / "_staging").rglob("*.parquet")) == 6
+    monkeypatch.undo()
+
+    manifest = runner.run(job)
+    assert manifest["status"] == "done" and manifest["counts"]["documents"] == 6
+    assert len(manifest["timings"]["runs"]) == 1                       # nothing ran again
+    ended = store.get_job(first["store_job"])
+    assert (ended.status, ended.done, ended.total, ended.error) == ("done", 6, 6, None)
+    rows = part_rows(out)
+    for f in files:
+        assert_matches_cli(rows[str(f.resolve())], cli_lines(tmp_path, rex_tiny, f))
 
 
 def test_a_changed_configuration_is_refused_rather_than_mixed(tmp_path, rex_tiny):

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from contracts.domain import Document
 from workstation.corpus.work import ExtractionWorker, parse_shards
@@ -101,17 +102,40 @@ class CancelledStore:
 
 
 class Tally:
-    class snapshot:
-        @staticmethod
-        def remote():
-            return None
+    """Stands for the tally actor: counts each snapshot asked of it."""
+
+    def __init__(self):
+        self.asked = 0
+        tally = self
+
+        class snapshot:
+            @staticmethod
+            def remote():
+                tally.asked += 1
+                return f"snapshot {tally.asked}"
+        self.snapshot = snapshot
 
 
-def cancelled_watcher(monkeypatch, snapshot):
+def answering(monkeypatch, answered: list, counts):
+    """ray.wait finds a snapshot ready while answered[0] is true; ray.get gives counts (or raises them)."""
+    from workstation.corpus import progress
+
+    def wait(refs, timeout):
+        return (refs, []) if answered[0] else ([], refs)
+
+    def get(ref):
+        if isinstance(counts, Exception):
+            raise counts
+        return counts
+    monkeypatch.setattr(progress.ray, "wait", wait)
+    monkeypatch.setattr(progress.ray, "get", get)
+
+
+def cancelled_watcher(monkeypatch, counts=None, answered=True):
     """A corpus run's watcher over a cancelled job; returns it and the interrupts it sends the main thread."""
     from workstation.corpus import progress
     interrupts = []
-    monkeypatch.setattr(progress.ray, "get", snapshot)
+    answering(monkeypatch, [answered], counts or {"totals": {}, "workers": {}})
     monkeypatch.setattr(progress._thread, "interrupt_main", lambda: interrupts.append(progress.time.monotonic()))
     return progress.Watcher(Tally(), {"shards": {}}, [], {}, CancelledStore(), show=False), interrupts
 
@@ -122,7 +146,7 @@ def test_a_cancel_whose_interrupt_is_lost_is_sent_again_until_the_run_stops(monk
     from workstation.corpus import progress
     clock = [100.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
-    watcher, interrupts = cancelled_watcher(monkeypatch, lambda *a, **k: {"totals": {}, "workers": {}})
+    watcher, interrupts = cancelled_watcher(monkeypatch)
     watcher._poll()
     assert watcher.cancelled and interrupts == [100.0]
     clock[0] += progress.REINTERRUPT_SECONDS / 2
@@ -137,10 +161,33 @@ def test_a_cancel_whose_interrupt_is_lost_is_sent_again_until_the_run_stops(monk
     assert len(interrupts) == 2
 
 
-def test_a_cancel_is_seen_while_the_tally_does_not_answer(monkeypatch):
-    def busy(*args, **kwargs):
-        raise TimeoutError("the tally is busy")
-
-    watcher, interrupts = cancelled_watcher(monkeypatch, busy)
+@pytest.mark.parametrize("tally", ["slow", "failing"])
+def test_a_cancel_is_seen_while_the_tally_does_not_answer(monkeypatch, tally):
+    if tally == "slow":
+        watcher, interrupts = cancelled_watcher(monkeypatch, answered=False)
+    else:
+        watcher, interrupts = cancelled_watcher(monkeypatch, counts=RuntimeError("the tally's actor died"))
     watcher._poll()
     assert watcher.cancelled and len(interrupts) == 1
+
+
+class RunningStore:
+    def update(self, *counts):
+        return "running"
+
+
+def test_a_tally_slower_than_a_poll_has_its_answer_used_and_is_asked_once_at_a_time(monkeypatch):
+    from workstation.corpus import progress
+    answered = [False]
+    counts = {"totals": {"k": 5}, "workers": {"w": {"device": "cpu", "documents": 3, "errors": 0, "busy_seconds": 1.0}}}
+    answering(monkeypatch, answered, counts)
+    tally = Tally()
+    watcher = progress.Watcher(tally, {"shards": {}}, [], {}, RunningStore(), show=False)
+    watcher._poll()
+    watcher._poll()
+    assert tally.asked == 1 and watcher.processed() == 0        # no answer yet: asked once, not once a poll
+    answered[0] = True
+    watcher._poll()
+    assert tally.asked == 1 and watcher.processed() == 3        # the late answer is used
+    watcher._poll()
+    assert tally.asked == 2                                     # answered: the next poll asks again

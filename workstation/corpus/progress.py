@@ -74,6 +74,7 @@ class Watcher:
         self.tally, self.manifest, self.pending, self.store = tally, manifest, pending, store
         self.staged_before = {k: len(v) for k, v in done_lines.items()}
         self.last: dict = {"totals": {}, "workers": {}}
+        self._asked = None                                 # a snapshot asked of the tally and not answered yet
         self.cancelled = False
         self._interrupted = float("-inf")                  # the first interrupt goes at once
         self.started = time.perf_counter()
@@ -115,13 +116,25 @@ class Watcher:
         while not self._stop.wait(0.5):
             self._poll()
 
-    def _poll(self) -> None:
+    def _read_tally(self) -> None:
+        """Take the tally's counts once it has answered, asking one snapshot at a time. On a loaded 2-core
+        machine the tally, queued behind the workers' reports, answered later than any poll waited, poll after
+        poll: answers were dropped, the counts stayed at 0 and the questions piled up. Now a late answer is
+        used by the poll that finds it, and a poll that finds none keeps the counts it had."""
         try:
-            self.last = ray.get(self.tally.snapshot.remote(), timeout=SNAPSHOT_SECONDS)
-        except Exception:                                 # noqa: BLE001 - counts as last seen; the next poll tries again
-            # A cancel is still looked for: on a loaded 2-core machine the tally, queued behind the workers'
-            # reports, answered too late to poll after poll, and a cancelled run wrote every row.
-            pass
+            if self._asked is None:
+                self._asked = self.tally.snapshot.remote()
+            ready, _ = ray.wait([self._asked], timeout=SNAPSHOT_SECONDS)
+            if ready:
+                answered, self._asked = self._asked, None
+                self.last = ray.get(answered)
+        except Exception:                                 # noqa: BLE001 - counts as last seen; the next poll asks again
+            self._asked = None
+
+    def _poll(self) -> None:
+        # The tally first, but a cancel is looked for whether it answered or not: a cancelled run once wrote
+        # every row while the tally did not answer.
+        self._read_tally()
         done, total = self.totals()
         rates = [w["documents"] / w["busy_seconds"] for w in self.last["workers"].values() if w["busy_seconds"]]
         if self.bar is not None:
@@ -186,7 +199,14 @@ class Progress:
             log.warning("corpus job %s: progress not recorded", self.job_id, exc_info=True)
             return None
 
-    def end(self, manifest: dict, run_entry: dict, watcher: Watcher) -> None:
+    def completed(self, manifest: dict) -> None:
+        """A rerun that only turned rows a stopped run had staged into parts: the Batch page's job (cancelled or
+        interrupted by that stop) ends done, with the manifest's count and the runs' time."""
+        wall = sum(r.get("wall_seconds") or 0.0 for r in manifest["timings"]["runs"])
+        documents = manifest["counts"]["documents"]
+        self.end(manifest, {"status": "done", "wall_seconds": wall, "docs_per_second": documents / wall if wall else None})
+
+    def end(self, manifest: dict, run_entry: dict, watcher: Watcher | None = None) -> None:
         if self.store is None:
             return
         status = run_entry["status"]

@@ -82,6 +82,9 @@ def run(job: CorpusJob) -> dict:
         manifest["status"] = "done"
         count(manifest)
         out.write_manifest(manifest)
+        if complete and not pending:     # a rerun that only finalised what a stopped run had staged
+            Progress.open(job, manifest).completed(manifest)
+            out.write_manifest(manifest)
         return manifest
 
 
