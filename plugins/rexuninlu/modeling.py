@@ -321,6 +321,13 @@ def bf16_parts(x: torch.Tensor) -> list[torch.Tensor]:
     return [high, (x.float() - high.float()).to(torch.bfloat16)]
 
 
+def fp32_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x @ y ([M,K]·[K,N] or batched) with fp32 accumulation and output: bf16 operands on the tensor cores on
+    CUDA. The CPU has no bf16-in, fp32-out product: there the same sums in fp32, for tests."""
+    mm = torch.bmm if x.dim() == 3 else torch.mm
+    return mm(x, y, out_dtype=torch.float32) if x.is_cuda else mm(x.float(), y.float())
+
+
 def split_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b in fp32 from bf16 tensor-core products: a and b split by bf16_parts, every pair of parts
     but the two small ones multiplied with fp32 accumulation and output, and summed. Relative error
@@ -328,20 +335,31 @@ def split_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     span head's three fp32 products took 2.09 of 31.5 ms per batch of 64 windows, profiled)."""
     flat = a.dim() == 3 and b.dim() == 2            # [B,L,D] @ [D,E]: one [B·L,D] @ [D,E] product
     left = a.flatten(0, 1) if flat else a
-    mm = torch.bmm if left.dim() == 3 else torch.mm
-    if a.is_cuda:
-        product = lambda x, y: mm(x, y, out_dtype=torch.float32)          # noqa: E731
-    else:   # no bf16-in, fp32-out product on the CPU; the same sums, for tests
-        product = lambda x, y: mm(x.float(), y.float())                    # noqa: E731
-    a_parts, b_parts = bf16_parts(left), bf16_parts(b)
     out = None
-    for i, x in enumerate(a_parts):
-        for j, y in enumerate(b_parts):
+    for i, x in enumerate(bf16_parts(left)):
+        for j, y in enumerate(bf16_parts(b)):
             if i and j:                             # low × low: below the result's precision
                 continue
-            term = product(x, y)
+            term = fp32_product(x, y)
             out = term if out is None else out.add_(term)
     return out.unflatten(0, a.shape[:2]) if flat else out
+
+
+def fused_head_logits(h, ffnq: nn.Linear, ffnk: nn.Linear, rotary: Rotary, position_ids) -> torch.Tensor:
+    """The span head of a reduced-precision encoder on the fused path, split_matmul's arithmetic in three
+    device steps (triton_rotary): q's and k's projection as one product, the bias, rotary and bf16 split in
+    one kernel, q·kᵀ as one product over the parts. h [B,L,D] bf16 or fp16 -> logits [B,L,L] fp32."""
+    from plugins.rexuninlu.triton_rotary import rotary_parts
+    rows, weight = h.flatten(0, 1), torch.cat((ffnq.weight, ffnk.weight))          # [B·L,D], [2D,D]
+    h_parts, w_parts = bf16_parts(rows), bf16_parts(weight)
+    if len(h_parts) == 1:       # bf16 h: against the weight's parts side by side; the kernel sums the terms
+        projection = fp32_product(rows, torch.cat(w_parts).t())
+    else:                       # fp16 h: every pair of parts but low × low, along one inner dimension
+        pairs = [(x, y) for i, x in enumerate(h_parts) for j, y in enumerate(w_parts) if not (i and j)]
+        projection = fp32_product(torch.cat([x for x, _ in pairs], -1), torch.cat([y for _, y in pairs], -1).t())
+    q, k = rotary_parts(projection.unflatten(0, h.shape[:2]), torch.cat((ffnq.bias, ffnk.bias)),
+                        *rotary.angles(position_ids, torch.float32))
+    return fp32_product(q, k.mT)
 
 
 class Rotary(nn.Module):
@@ -397,14 +415,7 @@ class RexModel(nn.Module):
             k = self.rotary_emb(self.ffnk(h), position_ids)
             return q @ k.transpose(-1, -2)
         if self.attention_backend == Kernel.TRITON:
-            # q's and k's projections as one product against the weights' parts side by side, then the
-            # parts' sum, bias, rotary and split in one kernel, then q·kᵀ as one product (triton_rotary).
-            from plugins.rexuninlu.triton_rotary import rotary_parts
-            weight = torch.cat(bf16_parts(torch.cat((self.ffnq.weight, self.ffnk.weight))))   # [n·2D, D]
-            projection = torch.mm(h.flatten(0, 1), weight.t(), out_dtype=torch.float32).unflatten(0, h.shape[:2])
-            q, k = rotary_parts(projection, torch.cat((self.ffnq.bias, self.ffnk.bias)),
-                                *self.rotary_emb.angles(position_ids, torch.float32))
-            return torch.bmm(q, k.mT, out_dtype=torch.float32)
+            return fused_head_logits(h, self.ffnq, self.ffnk, self.rotary_emb, position_ids)
         q = self.rotary_emb(split_matmul(h, self.ffnq.weight.t()) + self.ffnq.bias, position_ids)
         k = self.rotary_emb(split_matmul(h, self.ffnk.weight.t()) + self.ffnk.bias, position_ids)
         return split_matmul(q, k.transpose(-1, -2))

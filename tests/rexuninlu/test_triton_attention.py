@@ -156,3 +156,19 @@ def test_rotary_parts_sums_the_terms_adds_the_bias_rotates_and_lays_out_the_bf16
             # about 2⁻¹⁶ (split_matmul's test: < 2e-5); the interpreter truncates, twice rounding's error
             assert ((logits.double() - exact).abs().max() / exact.abs().max()).item() < 5e-5
 
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fused_head_is_the_fp32_head_to_about_16_bits(rex_model, dtype):
+    # The fused path's head (projection, kernel, product) against the plain fp32 head, from a bf16 or fp16
+    # encoder output (fp16 is split into two bf16 parts as well).
+    from plugins.rexuninlu.modeling import fused_head_logits
+    net = rex_model.network
+    torch.manual_seed(9)
+    h = torch.randn(2, 30, net.config.hidden_size).to(dtype)
+    positions = torch.arange(30).expand(2, 30)
+    with torch.no_grad():
+        fused = fused_head_logits(h, net.ffnq, net.ffnk, net.rotary_emb, positions)
+        plain = net.span_logits(h.float(), positions)
+    assert fused.dtype == torch.float32 and fused.shape == plain.shape
+    assert ((fused - plain).abs().max() / plain.abs().max()).item() < 5e-5   # the interpreter truncates: 2 × 2⁻¹⁶

@@ -70,15 +70,16 @@ def test_compiled_add_layer_norm_is_close_to_the_add_then_pytorchs_norm(dtype):
     assert ((got - want).abs() <= 2 ** -7 * want.abs() + 2e-2).all()      # one bf16 step of the output, about
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("backend", ["eager", "triton"])
-def test_span_head_behind_a_bf16_encoder_is_fp32_to_about_16_bits(rex_model, backend):
+def test_span_head_behind_a_reduced_precision_encoder_is_fp32_to_about_16_bits(rex_model, backend, dtype):
     # The split bf16 products (modeling.split_matmul) against the same head in plain fp32, on one bf16 input;
     # on the triton path with bias, rotary and split in one kernel (triton_rotary).
     import copy
     net = copy.deepcopy(rex_model.network).cuda()
     net.attention_backend = backend
     g = torch.Generator(device="cuda").manual_seed(2)
-    h = torch.randn(3, 200, net.config.hidden_size, device="cuda", generator=g).to(torch.bfloat16)
+    h = torch.randn(3, 200, net.config.hidden_size, device="cuda", generator=g).to(dtype)
     positions = torch.arange(200, device="cuda").expand(3, 200)
     with torch.inference_mode():
         split = net.span_logits(h, positions)
