@@ -407,8 +407,8 @@ class RexModel(nn.Module):
     def span_logits(self, h, position_ids):
         """The span head keeps fp32 weights and values whatever the encoder precision: logits near 0
         decide spans. Behind a reduced-precision encoder on CUDA, at inference, its three products run
-        as split bf16 products (split_matmul); otherwise (fp32, training) plain fp32 products, as the
-        reference's."""
+        as split bf16 products (split_matmul; on the fused path fused_head_logits, in fewer passes);
+        otherwise (fp32, training) plain fp32 products, as the reference's."""
         if h.dtype == torch.float32 or not h.is_cuda or torch.is_grad_enabled():
             h = h.float()
             q = self.rotary_emb(self.ffnq(h), position_ids)
