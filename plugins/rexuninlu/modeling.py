@@ -255,13 +255,13 @@ class ConvLayer(nn.Module):
             taps = torch.where((seg.unfold(1, k, 1) == segments.unsqueeze(-1)).unsqueeze(-1), taps, 0.0)
         taps = taps.flatten(-2)                                                         # [B,L,k*D], one copy
         weight = self.conv.weight.permute(0, 2, 1).flatten(1)                          # [D, k*D]
-        pad = ~valid.unsqueeze(-1)
+        keep = valid.unsqueeze(-1)
         if fused and not self.training:
             from plugins.rexuninlu.triton_norm import add_layer_norm
-            c = gelu_linear(taps, weight, self.conv.bias, True).masked_fill(pad, 0.0)
-            return add_layer_norm(c, x, self.LayerNorm) * valid.unsqueeze(-1).to(x.dtype)
-        c = F.gelu(self.dropout(F.linear(taps, weight, self.conv.bias).masked_fill(pad, 0.0)))
-        return self.LayerNorm(x + c) * valid.unsqueeze(-1).to(x.dtype)
+            c = gelu_linear(taps, weight, self.conv.bias, True).masked_fill(~keep, 0.0)
+            return add_layer_norm(c, x, self.LayerNorm) * keep.to(x.dtype)
+        c = F.gelu(self.dropout(F.linear(taps, weight, self.conv.bias).masked_fill(~keep, 0.0)))
+        return self.LayerNorm(x + c) * keep.to(x.dtype)
 
 
 class Encoder(nn.Module):
@@ -328,6 +328,12 @@ def fp32_product(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return mm(x, y, out_dtype=torch.float32) if x.is_cuda else mm(x.float(), y.float())
 
 
+def part_pairs(a_parts: list, b_parts: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The pairs of bf16 parts whose products make a split product: all but low × low, which is below the
+    result's precision."""
+    return [(x, y) for i, x in enumerate(a_parts) for j, y in enumerate(b_parts) if not (i and j)]
+
+
 def split_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b in fp32 from bf16 tensor-core products: a and b split by bf16_parts, every pair of parts
     but the two small ones multiplied with fp32 accumulation and output, and summed. Relative error
@@ -335,13 +341,10 @@ def split_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     span head's three fp32 products took 2.09 of 31.5 ms per batch of 64 windows, profiled)."""
     flat = a.dim() == 3 and b.dim() == 2            # [B,L,D] @ [D,E]: one [B·L,D] @ [D,E] product
     left = a.flatten(0, 1) if flat else a
-    out = None
-    for i, x in enumerate(bf16_parts(left)):
-        for j, y in enumerate(bf16_parts(b)):
-            if i and j:                             # low × low: below the result's precision
-                continue
-            term = fp32_product(x, y)
-            out = term if out is None else out.add_(term)
+    (x, y), *others = part_pairs(bf16_parts(left), bf16_parts(b))
+    out = fp32_product(x, y)
+    for x, y in others:
+        out.add_(fp32_product(x, y))
     return out.unflatten(0, a.shape[:2]) if flat else out
 
 
@@ -355,7 +358,7 @@ def fused_head_logits(h, ffnq: nn.Linear, ffnk: nn.Linear, rotary: Rotary, posit
     if len(h_parts) == 1:       # bf16 h: against the weight's parts side by side; the kernel sums the terms
         projection = fp32_product(rows, torch.cat(w_parts).t())
     else:                       # fp16 h: every pair of parts but low × low, along one inner dimension
-        pairs = [(x, y) for i, x in enumerate(h_parts) for j, y in enumerate(w_parts) if not (i and j)]
+        pairs = part_pairs(h_parts, w_parts)
         projection = fp32_product(torch.cat([x for x, _ in pairs], -1), torch.cat([y for _, y in pairs], -1).t())
     q, k = rotary_parts(projection.unflatten(0, h.shape[:2]), torch.cat((ffnq.bias, ffnk.bias)),
                         *rotary.angles(position_ids, torch.float32))
