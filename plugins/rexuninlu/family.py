@@ -12,6 +12,7 @@ from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPr
 from contracts.names import Capability, Kernel, Reads
 from contracts.precision import MasterWeights
 from plugins.rexuninlu import demo, loading
+from plugins.rexuninlu.modeling import forget_fused_projections
 from plugins.rexuninlu.pipeline import run_documents
 from plugins.rexuninlu.prompting import Prompter, validate_schema, validate_text
 from plugins.rexuninlu.scoring import WindowScorer
@@ -107,6 +108,7 @@ class LoadedRex(LoadedModel):
         if dtype != "fp32" and not self.device.startswith("cuda"):
             raise InputError(f"{dtype} needs a CUDA device; on {self.device} use fp32")
         self.scorer.graphs.clear()                          # captured graphs hold the old dtype
+        forget_fused_projections(self.network)
         self.master.cast(self.network.plm, DTYPES[dtype])
         for head in (self.network.ffnq, self.network.ffnk, self.network.rotary_emb):
             head.float()                                     # the span head stays fp32

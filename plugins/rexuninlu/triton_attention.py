@@ -50,6 +50,11 @@ if triton is not None:
         seg_q = tl.load(SEG + meta_q, mask=row_ok, other=-1)
         c_rows = C + b * sc_b + h * sc_h + rows[:, None] * sc_l
         p_head = P + b * sp_b + h * sp_h
+        # The softmax runs on exp2 with log2(e) folded into the scale: one multiply per score fewer, the
+        # same result to rounding. Measured (docs/benchmarks.md, ninth run): 1.00 -> 0.97 ms per call. Other
+        # trims measured with it cost time instead: loads without bounds when L is a multiple of the tiles,
+        # a lighter allowed rule, prefetching the next tile's bias, more or fewer pipeline stages.
+        scale = scale * 1.4426950408889634
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
@@ -81,8 +86,8 @@ if triton is not None:
             s = tl.where(allowed, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.exp(s - m_safe[:, None])
+            alpha = tl.exp2(m_i - m_safe)
+            p = tl.exp2(s - m_safe[:, None])
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION).to(tl.float32)
             m_i = m_new

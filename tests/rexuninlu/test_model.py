@@ -506,3 +506,23 @@ def test_fused_intermediate_takes_gelus_tanh_form_in_the_gemm_at_reduced_precisi
     torch.testing.assert_close(fused, F.gelu(block.dense(x).float(), approximate="tanh"), atol=2e-2, rtol=2 ** -7)
     assert ((fused - erf).abs() <= erf.abs() * 2 ** -7 + 2e-3).all()           # within about a bf16 step
     assert fused.shape == (2, 9, block.dense.out_features)
+
+
+def test_fused_qkv_weights_are_kept_until_a_weight_changes(rex_model):
+    import copy
+
+    from plugins.rexuninlu.modeling import forget_fused_projections
+    net = copy.deepcopy(rex_model.network)
+    attention = net.plm.encoder.layer[0].attention.self
+    with torch.no_grad():
+        kept = attention.fused_projection()
+        assert attention.fused_projection() is kept                        # no concatenation per forward
+        attention.value_proj.bias.add_(1.0)                                  # an optimizer step: a new version
+        stepped = attention.fused_projection()
+        assert stepped is not kept and torch.equal(stepped[1][-attention.value_proj.bias.numel():],
+                                                   attention.value_proj.bias)
+        net.half()                                                           # a dtype switch: new data, new dtype
+        assert attention.fused_projection()[0].dtype == torch.float16
+        forget_fused_projections(net)
+        assert attention._fused is None
+    assert attention.fused_projection()[0].requires_grad                     # recording gradients: built afresh

@@ -31,7 +31,8 @@ def test_kernel_matches_eager_attention_on_packed_rows(rex_model):
     assert fused[~real].abs().max() == 0                 # padding rows: zeros, like XSoftmax
 
 
-def test_key_tiles_of_other_windows_and_padding_are_skipped_without_changing_the_output():
+@pytest.mark.parametrize("tiles", [(16, 16), (64, 32)])          # L = 96: a multiple of both tiles, or ragged
+def test_key_tiles_of_other_windows_and_padding_are_skipped_without_changing_the_output(tiles):
     # Small tiles over a row packed with three windows and padding: most (query tile, key tile) pairs
     # meet another window, and the kernel skips them; what it computes must still be the eager attention.
     from types import SimpleNamespace
@@ -54,7 +55,8 @@ def test_key_tiles_of_other_windows_and_padding_are_skipped_without_changing_the
     assert codes.key_lo[0, 80:].tolist() == [L] * 16 and codes.key_hi[0, 80:].tolist() == [0] * 16
 
     def run(codes):
-        return triton_attention.disentangled_attention(q, k, v, c2p, p2c, codes, scale, block_m=16, block_n=16)
+        return triton_attention.disentangled_attention(q, k, v, c2p, p2c, codes, scale, block_m=tiles[0],
+                                                       block_n=tiles[1])
 
     fused = run(codes)
     real = (segments >= 0)[:, None, :, None].expand_as(eager)
@@ -129,6 +131,29 @@ def test_add_layer_norm_is_the_add_then_pytorchs_layer_norm():
     wide = torch.nn.LayerNorm(100)                        # a width that is not a power of two: masked columns
     x, residual = torch.randn(5, 100), torch.randn(5, 100)
     torch.testing.assert_close(add_layer_norm(x, residual, wide), wide(x + residual), atol=2e-6, rtol=1e-6)
+    keep = torch.tensor([True, False, True, True, False])  # the conv layer's valid tokens
+    got = add_layer_norm(x, residual, wide, keep)
+    assert torch.equal(got, add_layer_norm(x.masked_fill(~keep[:, None], 0.0), residual, wide) * keep[:, None])
+    assert got[~keep].abs().max() == 0
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_conv_taps_are_the_padded_unfolded_neighbours_masked_by_segment(packed):
+    from plugins.rexuninlu.triton_norm import conv_taps
+    torch.manual_seed(4)
+    emb = torch.randn(2, 11, 24)
+    segments = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2, -1, -1, -1], [3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4]])
+    want = []
+    for t in range(11):                                   # tap i of token t: emb[t + i - 1], or zero
+        row = []
+        for i in range(3):
+            src = t + i - 1
+            inside = torch.full((2,), 0 <= src < 11)
+            if packed and 0 <= src < 11:
+                inside &= segments[:, src] == segments[:, t]
+            row.append(torch.where(inside[:, None], emb[:, min(max(src, 0), 10)], 0.0))
+        want.append(torch.cat(row, -1))
+    assert torch.equal(conv_taps(emb, 3, segments if packed else None), torch.stack(want, 1))
 
 
 def test_rotary_parts_sums_the_terms_adds_the_bias_rotates_and_lays_out_the_bf16_parts():
@@ -172,3 +197,18 @@ def test_fused_head_is_the_fp32_head_to_about_16_bits(rex_model, dtype):
         plain = net.span_logits(h.float(), positions)
     assert fused.dtype == torch.float32 and fused.shape == plain.shape
     assert ((fused - plain).abs().max() / plain.abs().max()).item() < 5e-5   # the interpreter truncates: 2 × 2⁻¹⁶
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_fused_conv_layer_is_the_unfused_one(rex_model, packed):
+    # Taps by conv_taps, the mask inside add_layer_norm: the unfused layer's result (fp32: GELU's erf form in both).
+    conv = rex_model.network.plm.encoder.conv
+    assert not conv.training                               # the fused path is inference's
+    torch.manual_seed(5)
+    emb, x = torch.randn(2, 12, conv.conv.in_channels), torch.randn(2, 12, conv.conv.in_channels)
+    segments = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1, 1, -1, -1, -1], [2] * 12])
+    with torch.no_grad():
+        fused = conv(emb, x, segments >= 0, segments if packed else None, fused=True)
+        unfused = conv(emb, x, segments >= 0, segments if packed else None)
+    torch.testing.assert_close(fused, unfused, atol=2e-6, rtol=1e-6)
+    assert fused[0, 9:].abs().max() == 0                  # padding: zeros, as the unfused layer's mask gives

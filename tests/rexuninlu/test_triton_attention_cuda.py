@@ -101,3 +101,34 @@ def test_gelu_in_the_gemms_epilogue_is_within_a_bf16_step_of_the_erf_form(rex_mo
         erf, fused = F.gelu(block.dense(x)).float(), block(x, fused=True).float()     # two kernels; one
     assert ((fused - erf).abs() <= erf.abs() * 2 ** -6 + 1e-3).all()     # a bf16 step each, and 4.8e-4
 
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_whole_reduced_precision_stack_agrees_with_fp32_eager_on_the_released_shape(tmp_path, dtype):
+    # The user's full stack (reduced precision, the Triton kernel and fused passes, CUDA graphs) against
+    # plain fp32 eager: same packed batch, the released config's shape (random weights, 12 layers).
+    # Stated tolerance: logits within 3 % of the largest |logit|, and every decision whose fp32 logit is
+    # clear of 0 by 5 % of the largest is the same; only logits near the threshold may flip.
+    from benchmarks.common import NER_SCHEMA, mixed_texts
+    from plugins.rexuninlu import demo
+    from plugins.rexuninlu.family import RexUniNLU
+    from plugins.rexuninlu.pipeline import document_run
+    from plugins.rexuninlu.scoring import run_network
+    model = RexUniNLU().load(demo.write(tmp_path / "full", "full", seed=0), device="cuda")
+    windows = [w for text in mixed_texts(24, seed=5) for w in document_run(model.prompter, text, NER_SCHEMA).send(None)]
+    model.knobs.cuda_graphs = True                      # graph-shaped rows, run by both paths
+    p = model.scorer.pack([windows[i:i + 3] for i in range(0, len(windows), 3)])
+    torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.inference_mode():
+        model.network.attention_backend = "eager"
+        fp32 = run_network(model.network, p)[p.valid[:, :, None] & p.valid[:, None, :]]
+        model.set_dtype(dtype)
+        model.network.attention_backend = model.knobs.attention = "triton"
+        for _ in range(2):                               # capture, then replay
+            stack = model.scorer.logits(p)[p.valid[:, :, None] & p.valid[:, None, :]].float()
+    top = fp32.abs().max()
+    drift, clear = (stack - fp32).abs().max() / top, fp32.abs() > 0.05 * top
+    flipped = ((stack > 0) != (fp32 > 0)).float().mean()
+    print(f"{dtype}: max drift {drift:.4f} of max |logit|, {100 * flipped:.3f} % of decisions flipped")
+    assert model.scorer.graph_key(p.ids.shape) in model.scorer.graphs and drift < 0.03
+    assert torch.equal(stack[clear] > 0, fp32[clear] > 0)
