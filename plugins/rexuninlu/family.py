@@ -107,12 +107,17 @@ class LoadedRex(LoadedModel):
             raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
         if dtype != "fp32" and not self.device.startswith("cuda"):
             raise InputError(f"{dtype} needs a CUDA device; on {self.device} use fp32")
-        self.scorer.graphs.clear()                          # captured graphs hold the old dtype
-        forget_fused_projections(self.network)
+        self.weights_changed()
         self.master.cast(self.network.plm, DTYPES[dtype])
         for head in (self.network.ffnq, self.network.ffnk, self.network.rotary_emb):
             head.float()                                     # the span head stays fp32
         self.knobs.dtype = dtype
+
+    def weights_changed(self) -> None:
+        """Drop what was derived from the weights as they were (a dtype switch, training): the captured graphs
+        and the kept q·k·v concatenations, which a new tensor at a freed one's address could pass for current."""
+        self.scorer.graphs.clear()
+        forget_fused_projections(self.network)
 
     def extract(self, documents: Sequence[Document], batch_size: int = 8,
                 on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:

@@ -38,7 +38,6 @@ from contracts.domain import Document, InputError
 from contracts.model import DEMO_MARKER, Training
 from contracts.names import Kernel
 from plugins.rexuninlu.decoding import Window
-from plugins.rexuninlu.modeling import forget_fused_projections
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, task_kind
 from plugins.rexuninlu.scoring import Packed, WindowScorer, isolation_mask
 
@@ -245,9 +244,7 @@ class RexTraining(Training):
 
     def end(self) -> None:
         self.network.eval()
-        # Captured graphs and the kept q·k·v concatenations hold the weights as they were before training.
-        self.model.scorer.graphs.clear()
-        forget_fused_projections(self.network)
+        self.model.weights_changed()
 
     def write_official(self, output: Path) -> None:
         """The layout RexUniNLU().load() reads: metadata copied, pytorch_model.bin = the plm.-prefixed

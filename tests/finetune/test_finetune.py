@@ -97,6 +97,18 @@ def test_loss_decreases_over_a_few_steps(rex):
     assert losses[-1] < 0.5 * losses[0], losses
 
 
+def test_the_end_of_training_drops_what_was_derived_from_the_old_weights(rex):
+    # Captured graphs and the kept q·k·v concatenations would go on serving the weights from before training.
+    attention = rex.network.plm.encoder.layer[0].attention.self
+    training = rex.training()
+    with torch.no_grad():
+        attention.fused_projection()
+    rex.scorer.graphs["a shape"] = "a graph captured before training"
+    training.begin()
+    training.end()
+    assert rex.scorer.graphs == {} and attention._fused is None and not rex.network.training
+
+
 @pytest.mark.parametrize("checkpointing, backend", [(True, "eager"), (False, "sdpa")])
 def test_checkpointing_and_sdpa_give_the_same_loss_gradients(rex, checkpointing, backend):
     exs = examples(rex.prompter, RE_TEXT, RE_SCHEMA, RE_GOLD)

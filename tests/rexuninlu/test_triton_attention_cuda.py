@@ -102,7 +102,6 @@ def test_gelu_in_the_gemms_epilogue_is_within_a_bf16_step_of_the_erf_form(rex_mo
     assert ((fused - erf).abs() <= erf.abs() * 2 ** -6 + 1e-3).all()     # a bf16 step each, and 4.8e-4
 
 
-
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_whole_reduced_precision_stack_agrees_with_fp32_eager_on_the_released_shape(tmp_path, dtype):
     # The user's full stack (reduced precision, the Triton kernel and fused passes, CUDA graphs) against
@@ -118,17 +117,18 @@ def test_whole_reduced_precision_stack_agrees_with_fp32_eager_on_the_released_sh
     windows = [w for text in mixed_texts(24, seed=5) for w in document_run(model.prompter, text, NER_SCHEMA).send(None)]
     model.knobs.cuda_graphs = True                      # graph-shaped rows, run by both paths
     p = model.scorer.pack([windows[i:i + 3] for i in range(0, len(windows), 3)])
+    pairs = p.valid[:, :, None] & p.valid[:, None, :]
     torch.backends.cuda.matmul.allow_tf32 = False
     with torch.inference_mode():
         model.network.attention_backend = "eager"
-        fp32 = run_network(model.network, p)[p.valid[:, :, None] & p.valid[:, None, :]]
+        fp32 = run_network(model.network, p)[pairs]
         model.set_dtype(dtype)
         model.network.attention_backend = model.knobs.attention = "triton"
         for _ in range(2):                               # capture, then replay
-            stack = model.scorer.logits(p)[p.valid[:, :, None] & p.valid[:, None, :]].float()
+            stack = model.scorer.logits(p)[pairs].float()
+    assert model.scorer.graph_key(p.ids.shape) in model.scorer.graphs
     top = fp32.abs().max()
-    drift, clear = (stack - fp32).abs().max() / top, fp32.abs() > 0.05 * top
-    flipped = ((stack > 0) != (fp32 > 0)).float().mean()
-    print(f"{dtype}: max drift {drift:.4f} of max |logit|, {100 * flipped:.3f} % of decisions flipped")
-    assert model.scorer.graph_key(p.ids.shape) in model.scorer.graphs and drift < 0.03
-    assert torch.equal(stack[clear] > 0, fp32[clear] > 0)
+    drift, clear = ((stack - fp32).abs().max() / top).item(), fp32.abs() > 0.05 * top
+    flipped = ((stack > 0) != (fp32 > 0)).float().mean().item()     # on the H200: bf16 0.52 %, fp16 0.038 %
+    assert drift < 0.03, f"{dtype}: logits moved {drift:.4f} of the largest |logit| (H200: bf16 0.022, fp16 0.0027)"
+    assert torch.equal(stack[clear] > 0, fp32[clear] > 0), f"{dtype}: a clear decision flipped ({flipped:.3%} flipped)"

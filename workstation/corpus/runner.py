@@ -81,10 +81,9 @@ def run(job: CorpusJob) -> dict:
             execute(job, out, manifest, pending, done_lines)
         manifest["status"] = "done"
         count(manifest)
-        out.write_manifest(manifest)
         if complete and not pending:     # a rerun that only finalised what a stopped run had staged
-            Progress.open(job, manifest).completed(manifest)
-            out.write_manifest(manifest)
+            Progress.open(job, manifest).completed(manifest)       # (may set manifest["store_job"])
+        out.write_manifest(manifest)
         return manifest
 
 
