@@ -5,6 +5,7 @@ spans with [start, end) character offsets into the document text.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -121,6 +122,18 @@ class Result:
         del out.__dict__["tuples"]
         out.__dict__.update(_output=kept.output_json(), _count=len(kept.tuples))
         return out
+
+    def output_apart(self) -> tuple["Result", bytes]:
+        """A serialised() Result as (itself less its output's JSON, that JSON), for a process that hands the bytes
+        over another way than pickling (host workers write them to a file). The first is not to be read until
+        `with_output` has given the bytes back."""
+        rest = copy.copy(self)
+        return rest, rest.__dict__.pop("_output")
+
+    def with_output(self, output: bytes) -> "Result":
+        """output_apart's other half: this Result holding its output's JSON again."""
+        self.__dict__["_output"] = output
+        return self
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for an attribute missing from __dict__: the tuples of a serialised() Result, parsed once.

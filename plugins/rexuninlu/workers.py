@@ -6,18 +6,21 @@ as slow as its host however fast the device (docs/performance.md §5). Each work
 documents through the reference's prompt loop (pipeline.start_group / Group.take) with its own Prompter;
 this process only batches the windows the workers hand over, scores them, hands the links back, and yields
 the finished Results in input order. Results cross as their JSON bytes (Result.serialised), so writing them
-needs no per-span work here either.
+needs no per-span work here either; the bytes go through a file (`spool`), not the pipe.
 
 Messages, each a tuple (kind, group number, payload):
   to a worker:   ("start", k, documents)  ("links", k, links)  and None to stop
-  from a worker: ("windows", k, windows)  ("done", k, (results, stage seconds))  ("failed", k, exception)
+  from a worker: ("windows", k, windows)  ("done", k, (results, spooled, stage seconds))  ("failed", k, exception)
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import multiprocessing
 import os
 import queue
 import sys
+import tempfile
 import threading
 import traceback
 from collections import deque
@@ -31,6 +34,7 @@ import numpy as np
 from contracts.domain import Document, Result
 from contracts.stages import StageClock
 from plugins.rexuninlu.pipeline import AHEAD, Group, start_group, to_result
+from plugins.rexuninlu.prompting import Prompter
 from plugins.rexuninlu.scoring import Scoring, WindowScorer
 
 # Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
@@ -51,15 +55,18 @@ class HostWorkers:
         self.weights, self.count = Path(weights), count
         self.pipes: list[Connection] = []
         self.processes: list = []
+        self.spool: tempfile.TemporaryDirectory | None = None     # where the workers spool their results' bytes
 
     def start(self) -> None:
         if self.pipes:
             return
+        # Removed by close(), or when this process ends without it.
+        self.spool = tempfile.TemporaryDirectory(prefix="iew-results-", ignore_cleanup_errors=True)
         # spawn, not fork: the parent holds CUDA state and threads (the UI's, the monitor's, the prefetch thread).
         context = multiprocessing.get_context("spawn")
         for i in range(self.count):
             mine, theirs = context.Pipe()
-            process = context.Process(target=serve, args=(theirs, str(self.weights)), daemon=True,
+            process = context.Process(target=work, args=(theirs, str(self.weights), self.folder), daemon=True,
                                       name=f"rexuninlu-host-{i}")
             process.start()
             theirs.close()
@@ -77,6 +84,13 @@ class HostWorkers:
             if process.is_alive():
                 process.kill()
         self.pipes, self.processes = [], []
+        if self.spool is not None:
+            self.spool.cleanup()                # with the files of the groups a run left half way
+            self.spool = None
+
+    @property
+    def folder(self) -> str:
+        return self.spool.name if self.spool else ""
 
     def run(self, scorer: WindowScorer, documents: Sequence[Document], batch_size: int,
             on_progress: Callable[[int], None] | None = None, clock: StageClock | None = None) -> Iterator[Result]:
@@ -114,7 +128,8 @@ class HostWorkers:
             if kind == "windows":
                 arrived.append((pipe, k, payload))
             elif kind == "done":
-                finished[k], seconds = payload
+                results, spooled, seconds = payload
+                finished[k] = unspool(results, spooled)
                 held[pipe] -= 1
                 hand_out(pipe)
                 if clock is not None:
@@ -192,20 +207,62 @@ def deliver(pipe: Connection, message) -> None:
         raise RuntimeError(STOPPED) from e
 
 
-def serve(pipe: Connection, weights: str) -> None:
-    """A worker process: groups in, windows out, links in, serialised Results out."""
+def spool(results: list[Result], folder: str, k: int) -> tuple[list[Result], tuple[str, list[int]] | None]:
+    """A group's serialised Results as they cross to the run's process: their output's bytes in one file, the rest
+    pickled. Reading a pipe costs the run's process about 0.8 ms per MB (64 KiB at a time, each chunk copied twice);
+    1,000 dense documents make 193 MB, which took it a quarter to a third of the run's wall on the H200 (tenth run,
+    docs/benchmarks.md). A file is read in one call per result. Where no file can be written (a full disk), the
+    Results go whole, through the pipe."""
+    parts = [r.output_apart() for r in results]
+    path = os.path.join(folder, f"{os.getpid()}-{k}")
+    try:
+        with open(path, "wb") as f:
+            f.writelines(output for _, output in parts)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return [rest.with_output(output) for rest, output in parts], None
+    return [rest for rest, _ in parts], (path, [len(output) for _, output in parts])
+
+
+def unspool(results: list[Result], spooled: tuple[str, list[int]] | None) -> list[Result]:
+    """spool's other half, in the run's process: each Result given its bytes back; the file is removed."""
+    if spooled is None:
+        return results
+    path, sizes = spooled
+    try:
+        with open(path, "rb") as f:
+            outputs = [f.read(n) for n in sizes]
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    if [len(o) for o in outputs] != sizes:
+        raise RuntimeError(f"a host worker's results file {path} was cut short")
+    return [r.with_output(o) for r, o in zip(results, outputs)]
+
+
+def work(pipe: Connection, weights: str, folder: str) -> None:
+    """A worker process: set up for sharing the machine, then serve."""
     import torch
 
     from plugins.rexuninlu.loading import load_tokenizer
-    from plugins.rexuninlu.prompting import Prompter
     # The cores are shared by the workers: one thread each for decoding's few tensor operations and for the
     # tokenizer (whose Rust pool would otherwise start a thread per core in every worker).
     torch.set_num_threads(1)
     os.environ["RAYON_NUM_THREADS"] = "1"
-    # The inbox thread below needs the interpreter for each 64 KiB it reads while this one decodes: at the
+    # The inbox thread (serve) needs the interpreter for each 64 KiB it reads while this one decodes: at the
     # default 5 ms switch interval, the run's process sending links could wait that long per 64 KiB.
     sys.setswitchinterval(0.0005)
     prompter = Prompter(load_tokenizer(Path(weights)))
+    # What exists now (torch, the tokenizer: some 200,000 objects) is kept out of the cyclic collector, as the run's
+    # process does (engine._collector_aside): a full collection over it took a worker about 0.1 s, during which it
+    # read no message, so the run's process sending it links waited as long, and the device with it (H200 trace).
+    gc.freeze()
+    serve(pipe, prompter, folder)
+
+
+def serve(pipe: Connection, prompter: Prompter, folder: str) -> None:
+    """Groups in, windows out, links in, serialised Results out (their bytes spooled to `folder`)."""
     groups: dict[int, tuple[list[Document], Group, StageClock]] = {}     # each with its own clock
     # Messages are read as they come, by a thread of their own: the run's process may send a group while this
     # one sends it windows, and with both sends waiting on full pipes neither would read.
@@ -231,8 +288,9 @@ def serve(pipe: Connection, weights: str) -> None:
             del groups[k]
             prompter.forget([d.text for d in documents])
             with clock.stage("write"):
-                results = [to_result(d, group.done[i]).serialised() for i, d in enumerate(documents)]
-            pipe.send(("done", k, (results, clock.seconds)))
+                results, spooled = spool([to_result(d, group.done[i]).serialised() for i, d in enumerate(documents)],
+                                         folder, k)
+            pipe.send(("done", k, (results, spooled, clock.seconds)))
         except Exception as e:                         # noqa: BLE001 - handed to the run, which raises it
             groups.pop(k, None)
             try:

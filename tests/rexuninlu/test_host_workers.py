@@ -1,5 +1,6 @@
 """Host workers: the host's share of a run in worker processes gives exactly what one process gives, in order."""
 import json
+import os
 import threading
 from multiprocessing import Pipe
 
@@ -7,8 +8,10 @@ import pytest
 import torch
 
 from benchmarks.density import DENSITIES, calibrate
-from contracts.domain import Document
-from plugins.rexuninlu.workers import serve
+from contracts.domain import Document, Result, Span
+from plugins.rexuninlu.loading import load_tokenizer
+from plugins.rexuninlu.prompting import Prompter
+from plugins.rexuninlu.workers import serve, spool, unspool
 from tests.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
 from workstation import engine, plugins
 
@@ -58,6 +61,7 @@ def test_host_workers_write_what_one_process_writes(rex, density):
     assert report.documents == len(docs) and len(rex.workers.processes) == 2
     assert report.stages["prepare"] > 0 and report.stages["decode"] > 0        # the workers' seconds, added
     assert all("_output" in vars(r) for r in results)                            # crossed as their JSON
+    assert os.listdir(rex.workers.folder) == []                                 # every group's file read and removed
     assert_same_outputs([r.to_json()["output"] for r in results], [json.loads(line)["output"] for line in alone], ONE_STEP)
 
 
@@ -78,16 +82,19 @@ def test_a_worker_that_dies_fails_the_run_clearly_and_the_next_run_starts_afresh
     def kill(done, _):
         if done == 1:                 # worker 0 was just handed a group that needs the device: it cannot be done
             doomed.kill()
+    folder = rex.workers.folder
     with pytest.raises(RuntimeError, match="host worker process stopped"):
         engine.run(rex, docs, 4, keep_results=False, on_progress=kill)
     assert rex.workers.processes == [] and not doomed.is_alive()
+    assert not os.path.exists(folder)                             # with the files of the groups it left
     again, _ = written(rex, docs, 4, workers=2)
     assert_same_outputs(*([json.loads(line)["output"] for line in lines] for lines in (alone, again)), ONE_STEP)
 
 
-def test_a_failure_inside_a_worker_comes_back_as_the_exception(rex_tiny):
+def test_a_failure_inside_a_worker_comes_back_as_the_exception(rex_tiny, tmp_path):
     ours, theirs = Pipe()
-    worker = threading.Thread(target=serve, args=(theirs, str(rex_tiny)), daemon=True)
+    worker = threading.Thread(target=serve, args=(theirs, Prompter(load_tokenizer(rex_tiny)), str(tmp_path)),
+                              daemon=True)
     worker.start()
     ours.send(("links", 99, []))                          # links for a group it never started
     kind, k, error = ours.recv()
@@ -95,6 +102,38 @@ def test_a_failure_inside_a_worker_comes_back_as_the_exception(rex_tiny):
     ours.send(None)
     worker.join(timeout=30)
     assert not worker.is_alive()
+
+
+def serialised_results() -> list[Result]:
+    spans = [[Span("人物", "张三", (0, 2), confidence=0.9)], [Span("地点", "北京=1+1", (3, 9))]]
+    return [Result("a", spans, coverage=[(0, 9)]).serialised(), Result("b", [], warnings=["cut"]).serialised(),
+            Result("c", spans[:1], raw=["x"]).serialised()]
+
+
+def test_results_cross_through_a_file_and_come_back_whole(tmp_path):
+    sent = serialised_results()
+    rest, spooled = spool(serialised_results(), str(tmp_path), 7)
+    assert spooled is not None and os.listdir(tmp_path) == [os.path.basename(spooled[0])]
+    assert all("_output" not in vars(r) for r in rest)                  # the bytes are in the file only
+    back = unspool(rest, spooled)
+    assert [r.to_json_line() for r in back] == [r.to_json_line() for r in sent]
+    assert back[0].tuples[0][0].span == "张三" and back[1].warnings == ["cut"] and os.listdir(tmp_path) == []
+
+
+def test_results_cross_whole_where_no_file_can_be_written(tmp_path):
+    sent = serialised_results()
+    rest, spooled = spool(serialised_results(), str(tmp_path / "gone"), 7)
+    assert spooled is None and unspool(rest, None) is rest
+    assert [r.to_json_line() for r in rest] == [r.to_json_line() for r in sent]
+
+
+def test_a_results_file_cut_short_fails_clearly(tmp_path):
+    rest, (path, sizes) = spool(serialised_results(), str(tmp_path), 1)
+    with open(path, "r+b") as f:
+        f.truncate(sum(sizes) - 1)
+    with pytest.raises(RuntimeError, match="cut short"):
+        unspool(rest, (path, sizes))
+    assert not os.path.exists(path)
 
 
 def test_the_host_workers_optimization_switches_the_knob_and_applies_to_rexuninlu_only(rex):
