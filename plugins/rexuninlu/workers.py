@@ -60,8 +60,12 @@ class HostWorkers:
     def start(self) -> None:
         if self.pipes:
             return
-        # Removed by close(), or when this process ends without it.
-        self.spool = tempfile.TemporaryDirectory(prefix="iew-results-", ignore_cleanup_errors=True)
+        # Removed by close(), or when this process ends without it. Without one (no writable temporary folder),
+        # results cross the pipe whole.
+        try:
+            self.spool = tempfile.TemporaryDirectory(prefix="iew-results-", ignore_cleanup_errors=True)
+        except OSError:
+            self.spool = None
         # spawn, not fork: the parent holds CUDA state and threads (the UI's, the monitor's, the prefetch thread).
         context = multiprocessing.get_context("spawn")
         for i in range(self.count):
@@ -213,6 +217,8 @@ def spool(results: list[Result], folder: str, k: int) -> tuple[list[Result], tup
     1,000 dense documents make 193 MB, which took it a quarter to a third of the run's wall on the H200 (tenth run,
     docs/benchmarks.md). A file is read in one call per result. Where no file can be written (a full disk), the
     Results go whole, through the pipe."""
+    if not folder:
+        return results, None
     parts = [r.output_apart() for r in results]
     path = os.path.join(folder, f"{os.getpid()}-{k}")
     try:

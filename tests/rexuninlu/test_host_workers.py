@@ -120,11 +120,31 @@ def test_results_cross_through_a_file_and_come_back_whole(tmp_path):
     assert back[0].tuples[0][0].span == "张三" and back[1].warnings == ["cut"] and os.listdir(tmp_path) == []
 
 
-def test_results_cross_whole_where_no_file_can_be_written(tmp_path):
+@pytest.mark.parametrize("folder", ["gone", ""])
+def test_results_cross_whole_where_no_file_can_be_written(tmp_path, folder, monkeypatch):
+    """A folder that went away, or none (the pool found no writable temporary folder)."""
+    monkeypatch.chdir(tmp_path)                   # where a file named relative to no folder would land
     sent = serialised_results()
-    rest, spooled = spool(serialised_results(), str(tmp_path / "gone"), 7)
-    assert spooled is None and unspool(rest, None) is rest
+    rest, spooled = spool(serialised_results(), str(tmp_path / folder) if folder else "", 7)
+    assert spooled is None and unspool(rest, None) is rest and os.listdir(tmp_path) == []
     assert [r.to_json_line() for r in rest] == [r.to_json_line() for r in sent]
+
+
+def test_a_pool_without_a_temporary_folder_sends_its_results_through_the_pipe(rex, monkeypatch):
+    from plugins.rexuninlu import workers
+
+    def unwritable(**_):
+        raise PermissionError("no temporary folder here")
+    docs = mixed_documents(24, seed=6)
+    alone, _ = written(rex, docs, 4, workers=0)
+    rex.host_workers().close()                               # the next run starts a pool afresh
+    monkeypatch.setattr(workers.tempfile, "TemporaryDirectory", unwritable)
+    try:
+        shared, _ = written(rex, docs, 4, workers=2)
+        assert rex.workers.spool is None and rex.workers.folder == ""
+    finally:
+        rex.workers.close()
+    assert_same_outputs(*([json.loads(line)["output"] for line in lines] for lines in (alone, shared)), ONE_STEP)
 
 
 def test_a_results_file_cut_short_fails_clearly(tmp_path):
