@@ -227,7 +227,7 @@ def spool(results: list[Result], folder: str, k: int) -> tuple[list[Result], tup
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(path)
-        return [rest.with_output(output) for rest, output in parts], None
+        return results, None                   # output_apart left them whole
     return [rest for rest, _ in parts], (path, [len(output) for _, output in parts])
 
 

@@ -182,7 +182,6 @@ def test_rotary_parts_sums_the_terms_adds_the_bias_rotates_and_lays_out_the_bf16
             assert ((logits.double() - exact).abs().max() / exact.abs().max()).item() < 5e-5
 
 
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_fused_head_is_the_fp32_head_to_about_16_bits(rex_model, dtype):
     # The fused path's head (projection, kernel, product) against the plain fp32 head, from a bf16 or fp16
