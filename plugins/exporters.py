@@ -84,14 +84,24 @@ def _documents(runs: Sequence[RunDetail], report: ExportReport | None = None
 
 
 def span_rows(runs: Sequence[RunDetail], report: ExportReport | None = None) -> Iterator[dict[str, Any]]:
-    """One row per span (element of a tuple); ungrounded spans keep empty start/end."""
+    """One row per span (element of a tuple); ungrounded spans keep empty start/end, labels an empty `grounded`."""
     for run, _, document, result in _documents(runs, report):
         for t, spans in enumerate(result.tuples):
             for e, s in enumerate(spans):
                 start, end = s.offset if s.offset is not None else (None, None)
                 yield {"run_id": run.id, "doc_id": document.id, "tuple_index": t, "element_index": e,
                        "type": s.type, "span": s.span, "start": start, "end": end, "confidence": s.confidence,
-                       "grounded": s.grounded}
+                       "grounded": grounded(s)}
+
+
+def grounded(span: Span) -> bool | None:
+    """Whether the span stands at a place in the text, as the UI shows it. An extractive model (RexUniNLU)
+    leaves `Span.grounded` unset because every span it returns has offsets, and `checked` has already left
+    out any whose offsets do not cover its text; a generative one sets it. A class label has no place to be
+    found at: None (an empty cell)."""
+    if span.grounded is not None:
+        return span.grounded
+    return True if span.offset is not None else None
 
 
 def run_row(run: RunDetail) -> dict[str, Any]:

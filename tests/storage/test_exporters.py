@@ -74,6 +74,24 @@ def test_csv_has_one_row_per_span_utf8_bom_and_no_live_formulas(recorded, tmp_pa
     assert frame["type"].tolist()[:2] == ["人物", "出生地"] and frame["run_id"].eq(run_id).all()
 
 
+def test_csv_grounded_column_says_true_for_located_spans_false_for_ungrounded_and_empty_for_labels(store, tmp_path):
+    # RexUniNLU leaves Span.grounded unset (every span it returns has offsets): the UI shows such spans as
+    # grounded, and the export said nothing (an empty cell on every row).
+    doc = Document("r1", "张三在北京", {"人物": None, "地点": None})
+    result = Result("r1", [[Span.located("人物", "张三", (0, 2), 0.9)], [Span("地点", "北京", (3, 5), 0.8)],
+                           [Span("情感", "正面", None, 0.7)], [Span("地点", "上海", None, None, False)]])
+    run_id = store.record_run(make_report([result]), [doc], "ui")
+    path = tmp_path / "spans.csv"
+    exports.export_runs(store, [run_id], "csv", path)
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["span"], r["grounded"]) for r in rows] == [("张三", "True"), ("北京", "True"), ("正面", ""),
+                                                          ("上海", "False")]
+    parquet = tmp_path / "spans.parquet"
+    exports.export_runs(store, [run_id], "parquet", parquet)
+    assert pd.read_parquet(parquet)["grounded"].astype(object).tolist() == [True, True, pd.NA, False]
+
+
 def test_excel_has_runs_documents_spans_within_cell_limits_and_no_formulas(two_runs, tmp_path):
     store, run_ids = two_runs
     path = tmp_path / "runs.xlsx"
