@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from sqlalchemy import case, column, delete, func, inspect, or_, select, table, update
+from sqlalchemy import case, delete, func, inspect, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -39,7 +39,16 @@ from storage.records import (
     weights_checksum,
     written_chars,
 )
-from storage.tables import DocumentRecord, ResultRecord, RunRecord, utcnow
+from storage.run_documents import (
+    DocumentFilter,
+    DocumentHit,
+    DocumentPage,
+    DocumentRow,
+    RunDocuments,
+    documents_matching,
+    like_pattern,
+)
+from storage.tables import DocumentRecord, JobRecord, ResultRecord, RunRecord, utcnow
 from storage.thresholds import SavedThresholds, ThresholdSettings
 from storage.training import TrainingLog
 from storage.views import (
@@ -65,10 +74,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "RunComparison",
            "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "StoreBusy", "SOURCES",
-           "weights_checksum", "Dataset", "GoldExample", "TrainingRun", "SavedThresholds", "CutDocument"]
+           "weights_checksum", "Dataset", "GoldExample", "TrainingRun", "SavedThresholds", "CutDocument",
+           "DocumentFilter", "DocumentHit", "DocumentPage", "DocumentRow"]
 
 
-class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
+class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments):
     """busy_timeout_ms: how long SQLite waits for another process's write lock, per attempt;
     retry_delays: the pauses between attempts. After the last one a call raises StoreBusy (nothing written)."""
 
@@ -231,6 +241,24 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings):
             return RunDetail(run_summary(run, _cut_counts(s, [run.id]).get(run.id)), run.settings,
                              [(stored_document(d), stored_result(d)) for d in run.documents])
 
+    def run_header(self, run_id: int) -> RunDetail:
+        """The run's summary and settings without its documents (no items): what a page needs to show one
+        document of a large run (`run_document`) without loading the others."""
+        with self._read() as s:
+            run = s.get(RunRecord, run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} is not in the history (deleted?)")
+            return RunDetail(run_summary(run, _cut_counts(s, [run.id]).get(run.id)), run.settings, [])
+
+    def input_names(self, run_ids: list[int]) -> dict[int, str]:
+        """run id -> the name of the file its batch job read (the upload's name or the path), for runs
+        recorded by a batch job."""
+        if not run_ids:
+            return {}
+        query = select(JobRecord.run_id, JobRecord.source_name).where(JobRecord.run_id.in_(run_ids))
+        with self._read() as s:
+            return {run_id: name for run_id, name in s.execute(query)}
+
     def update_run(self, run_id: int, label: str | None = None, note: str | None = None) -> None:
         """Set the run's label and note (None clears them)."""
         with self._write() as s:
@@ -350,21 +378,8 @@ def record_cli_run(report: RunReport, documents: list[Document], db_path: str | 
         store.close()
 
 
-_search = table("document_search", column("rowid"), column("body"))
-
-
-def _like_pattern(term: str) -> str:
-    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def _runs_with_documents_matching(term: str):
-    # The trigram index answers a quoted phrase of 3+ characters; shorter terms (common in Chinese)
-    # fall back to LIKE over the index table, which is a scan but still right.
-    if len(term) >= 3:
-        condition = _search.c.body.op("MATCH")('"' + term.replace('"', '""') + '"')
-    else:
-        condition = _search.c.body.like(_like_pattern(term), escape="\\")
-    return select(DocumentRecord.run_id).where(DocumentRecord.id.in_(select(_search.c.rowid).where(condition)))
+    return select(DocumentRecord.run_id).where(DocumentRecord.id.in_(documents_matching(term)))
 
 
 def _cut_counts(session: Session, run_ids: list[int]) -> dict[int, int]:
@@ -395,7 +410,7 @@ def _run_filters(text, model, task, since, until, source, cut=False) -> list:
     if until is not None:
         conditions.append(RunRecord.created_at <= until)
     for term in (text or "").split():
-        pattern = _like_pattern(term)
+        pattern = like_pattern(term)
         conditions.append(or_(RunRecord.id.in_(_runs_with_documents_matching(term)),
                               RunRecord.label.like(pattern, escape="\\"), RunRecord.note.like(pattern, escape="\\")))
     return conditions
