@@ -127,13 +127,122 @@ def test_runs_are_listed_by_finish_time_and_the_page_says_so(app, ui_env):
     at = app.run().switch_page(PAGE).run()
     assert listed(at) == [long_job, quick]
     assert any("the latest finished first" in c.value for c in at.caption)
-    assert list(at.dataframe[0].value.columns[:3]) == ["run", "finished", "started"]
+    assert list(at.dataframe[0].value.columns[:2]) == ["run", "finished"]
 
 
-def test_clicking_rows_of_the_table_selects_those_runs(two_runs):
+def test_the_runs_table_is_not_a_second_selection_control(two_runs):
+    # Its row checkboxes and the "Selected runs" box used to disagree: the box is the one control.
     at, a, b = two_runs
-    first = listed(at)[0]
-    at.session_state["history_table"] = {"selection": {"rows": [0], "columns": [], "cells": []}}
+    assert at.dataframe[0].proto.selection_mode == []
+    at.multiselect(key="history_selected").set_value([a]).run()
+    assert not button(at, "Open").disabled and button(at, "Compare").disabled
+
+
+def test_the_compare_view_stays_when_the_selection_changes_until_closed(two_runs):
+    at, a, b = two_runs
+    at.multiselect(key="history_selected").set_value([a, b]).run()
+    button(at, "Compare").click().run()
+    assert any(m.label == "Speed-up B over A" for m in at.metric)
+    at.multiselect(key="history_selected").set_value([a]).run()
+    assert not at.exception and any(m.label == "Speed-up B over A" for m in at.metric)
+    button(at, "Close").click().run()
+    assert not any(m.label == "Speed-up B over A" for m in at.metric)
+    assert at.multiselect(key="history_selected").value == [a]
+
+
+def test_the_column_chooser_sets_the_table_columns(two_runs):
+    at, _, _ = two_runs
+    columns = list(at.dataframe[0].value.columns)
+    assert "peak GPU memory" not in columns and "input" in columns
+    at.multiselect(key="history_columns").set_value(["finished", "peak GPU memory"]).run()
+    assert list(at.dataframe[0].value.columns) == ["run", "finished", "peak GPU memory"]
+
+
+def test_a_batch_run_shows_its_input_files_name(app, ui_env):
+    from contracts.domain import Document
+    from tests.storage.sample_runs import make_report, ner_run
+    docs, results = ner_run()
+    store = state.store()
+    run_id = store.record_run(make_report(results), docs, "batch")
+    job_id = store.create_job([Document("d", "text")], "fakeie", "w", 4, [], {}, "news 2026.csv")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE jobs SET run_id = ? WHERE id = ?", (run_id, job_id))
+    other = store.record_run(make_report(results), docs, "ui")
+    at = app.run().switch_page(PAGE).run()
+    frame = at.dataframe[0].value
+    assert dict(zip(frame["run"], frame["input"])) == {run_id: "news 2026.csv", other: ""}
+
+
+@pytest.fixture
+def big_run(app, ui_env):
+    """A 120-document run: every document has a 人物; every third a 地点 (confidence 0.5); document 7 holds
+    markup-looking text."""
+    from contracts.domain import Document, Result, Span
+    from tests.storage.sample_runs import make_report
+    docs, results = [], []
+    for i in range(120):
+        text = f"第{i}篇：张三在北京。" + ("<b>粗体</b>" if i == 7 else "")
+        spans = [[Span("人物", "张三", (text.index("张三"), text.index("张三") + 2), 0.9)]]
+        if i % 3 == 0:
+            spans.append([Span("地点", "北京", (text.index("北京"), text.index("北京") + 2), 0.5)])
+        docs.append(Document(f"doc-{i}", text, {"人物": None, "地点": None}))
+        results.append(Result(f"doc-{i}", spans))
+    run_id = state.store().record_run(make_report(results), docs, "batch")
+    at = app.run().switch_page(PAGE).run()
+    at.session_state["history_view"] = ("open", run_id)
+    return at.run(), run_id
+
+
+def captions(at) -> str:
+    return "\n".join(c.value for c in at.caption)
+
+
+def test_opening_a_large_run_shows_a_paged_document_table_with_counts_per_type(big_run):
+    at, run_id = big_run
+    key = f"history-docs-{run_id}"
+    assert not at.exception
+    table = at.dataframe(key=f"{key}-table").value
+    assert len(table) == 50 and list(table.columns) == ["#", "id", "characters", "人物", "地点", "cut",
+                                                        "lowest confidence"]
+    assert table.iloc[0].to_dict() | {"lowest confidence": 0.5} == {
+        "#": 1, "id": "doc-0", "characters": len("第0篇：张三在北京。"), "人物": 1, "地点": 1, "cut": "—",
+        "lowest confidence": 0.5}
+    assert "120 of 120 document(s) pass the filters." in captions(at)
+    assert any(h.value == f"Run {run_id}" for h in at.subheader)
+    at.number_input(key=f"{key}-page").set_value(3).run()
+    assert list(at.dataframe(key=f"{key}-table").value["id"]) == [f"doc-{i}" for i in range(100, 120)]
+
+
+def test_the_document_table_filters_by_type_confidence_and_text(big_run):
+    at, run_id = big_run
+    key = f"history-docs-{run_id}"
+    at.multiselect(key=f"{key}-types").set_value(["地点"]).run()
+    assert "40 of 120 document(s) pass the filters." in captions(at)
+    assert list(at.dataframe(key=f"{key}-table").value["id"])[:3] == ["doc-0", "doc-3", "doc-6"]
+    at.multiselect(key=f"{key}-types").set_value([]).run()
+    at.slider(key=f"{key}-confidence").set_value((0.8, 1.0)).run()
+    assert "80 of 120 document(s) pass the filters." in captions(at)
+    at.text_input(key=f"{key}-text").input("第17篇").run()
+    assert list(at.dataframe(key=f"{key}-table").value["id"]) == ["doc-17"]
+    assert any(m.value.startswith("**Document doc\\-17**") for m in at.markdown)
+
+
+def test_clicking_a_row_opens_that_document(big_run):
+    at, run_id = big_run
+    key = f"history-docs-{run_id}"
+    at.session_state[f"{key}-table"] = {"selection": {"rows": [4], "columns": [], "cells": []}}
     at.run()
-    assert not at.exception and at.multiselect(key="history_selected").value == [first]
-    assert not button(at, "Open").disabled
+    assert not at.exception
+    assert any(m.value.startswith("**Document doc\\-4**") for m in at.markdown)
+    drawn = "".join(h.value for h in at.get("html"))
+    assert "第4篇" in drawn and ">张三</mark>" in drawn
+
+
+def test_search_lists_matching_documents_with_escaped_snippets_and_opens_one(big_run):
+    at, run_id = big_run
+    at.text_input(key="history_text").input("粗体").run()
+    assert any(e.label == "1 document(s) match" for e in at.expander)
+    snippets = [h.value for h in at.get("html") if "iew-snippet" in h.value]
+    assert len(snippets) == 1 and "&lt;b&gt;<mark>粗体</mark>&lt;/b&gt;" in snippets[0]
+    next(b for b in at.button if b.key == f"history_hits-open-{run_id}-7").click().run()
+    assert not at.exception and any(m.value.startswith("**Document doc\\-7**") for m in at.markdown)
