@@ -26,6 +26,7 @@ class RunReport:
     stages: dict[str, float] = field(default_factory=dict)     # seconds per stage (contracts/stages.py)
     backoffs: list[dict] = field(default_factory=list)         # OOM back-offs: when, and to how many rows
     thresholds: dict[str, float] | None = None                 # confidence thresholds applied (type -> t)
+    first_after_load: bool = False                             # the first run on a freshly loaded model
     results: list[Result] = field(default_factory=list)
 
     @property

@@ -35,7 +35,7 @@ class RunSummary:
     peak_memory_bytes: int | None
     label: str | None
     note: str | None
-    stages: dict[str, Any] = field(default_factory=dict)   # {"seconds", "device_busy", "backoffs"}
+    stages: dict[str, Any] = field(default_factory=dict)   # {"seconds", "device_busy", "backoffs", "first_after_load"}
     cut_documents: int | None = None     # documents read only partly; None: the model reports no coverage
     finished_at: datetime | None = None   # when the run was complete in the history (the History order)
 

@@ -99,7 +99,10 @@ def run_stages(report: RunReport) -> dict | None:
     """Where the run's time went (contracts/stages.py); None for a report that measured no stages."""
     if not getattr(report, "stages", None):
         return None
-    return {"seconds": dict(report.stages), "device_busy": report.device_busy, "backoffs": list(report.backoffs)}
+    stages = {"seconds": dict(report.stages), "device_busy": report.device_busy, "backoffs": list(report.backoffs)}
+    if getattr(report, "first_after_load", False):    # it paid the model's one-time warm-up (engine.run)
+        stages["first_after_load"] = True
+    return stages
 
 
 def _with_thresholds(settings: dict | None, report: RunReport) -> dict | None:

@@ -47,6 +47,23 @@ def test_toggle_then_run_again_compares_time_and_memory_side_by_side(app):
     assert any("exactly the same tuples" in s.value for s in at.success)
 
 
+def test_running_again_with_the_same_settings_says_so_and_colours_no_difference(app):
+    # The page compared identical settings and showed a red 0.30x as if a setting had made the run slower.
+    at = app.run()
+    next(b for b in at.button if b.label == "Run").click().run()
+    first = at.session_state["extract_run_id"]
+    at.switch_page(PAGE).run()
+    button(at, "Run again").click().run()
+    assert not at.exception and not at.error
+    notes = [i.value for i in at.info]
+    assert any("Both runs used the same settings" in n for n in notes)
+    assert any(n.startswith(f"Run A ({first}) was the first on a freshly loaded model") for n in notes)
+    assert any("1 document(s)" in n for n in notes)
+    wall = next(m for m in at.metric if m.label == "Wall time B")
+    assert wall.proto.color == wall.proto.MetricColor.GRAY     # "off": neither better nor worse
+    assert at.get("vega_lite_chart")      # the stage times drawn as bars
+
+
 def test_the_choice_carries_to_the_extract_page(app):
     at = app.run().switch_page(PAGE).run()
     at.toggle(key="opt:fake-fast").set_value(True).run()

@@ -102,6 +102,15 @@ def test_the_attention_recorded_is_the_kernel_that_ran_not_the_one_asked_for(tmp
     assert engine.run(model, documents(2)).attention == "triton"
 
 
+def test_only_the_first_run_on_a_loaded_model_is_marked_as_paying_its_warm_up(tmp_path, store):
+    model = FakeModel(FakeFamily(), tmp_path, "cpu", "fp32")
+    first, second = engine.run(model, documents(2)), engine.run(model, documents(2))
+    assert first.first_after_load and not second.first_after_load
+    assert engine.run(FakeModel(FakeFamily(), tmp_path, "cpu", "fp32"), documents(1)).first_after_load
+    recorded = [store.record_run(r, documents(2), "cli") for r in (first, second)]
+    assert [store.get_run(i).summary.stages.get("first_after_load") for i in recorded] == [True, None]
+
+
 def test_the_dtype_rule_an_asked_dtype_wins_a_configured_one_applies_where_no_optimization_chose(tmp_path):
     model = FakeFamily().load(tmp_path, "cpu")
     assert engine.run(model, documents(1), configured_dtype="bf16").dtype == "bf16"

@@ -9,7 +9,7 @@ import streamlit as st
 from contracts.domain import Document, Result, unread
 from contracts.model import DEMO_NOTICE
 from contracts.stages import describe as describe_stages
-from workstation.ui import render
+from workstation.ui import comparison, render
 
 MAX_DOCS_LISTED = 1_000
 
@@ -157,16 +157,30 @@ def comparison_view(store, a: int, b: int) -> None:
     elif not cmp.same_inputs:
         st.warning("The runs read different documents: the times of the runs are not a like-for-like comparison.")
     speedup = cmp.a.wall_seconds / cmp.b.wall_seconds if cmp.b.wall_seconds and cmp.same_inputs else None
+    notes = comparison.caveats(cmp.a, cmp.b, cmp.same_inputs)
+    # A time difference is coloured (better / worse) only where it can be credited to a changed setting.
+    fair = comparison.fair_ratio(cmp.a, cmp.b, cmp.same_inputs)
     cols[0].metric("Wall time B", f"{cmp.b.wall_seconds:.3f} s", f"{cmp.b.wall_seconds - cmp.a.wall_seconds:+.3f} s",
-                   delta_color="inverse", help=f"A: {cmp.a.wall_seconds:.3f} s")
+                   delta_color="inverse" if fair else "off", help=f"A: {cmp.a.wall_seconds:.3f} s")
     cols[1].metric("Speed-up B over A", f"{speedup:.2f}×" if speedup else "—",
-                   help=None if cmp.same_inputs else "Not shown: the runs read different texts.")
+                   help=("Not shown: the runs read different texts." if not cmp.same_inputs else
+                         None if fair else "Not a measured effect of a setting: see the notes below."))
     mem_a, mem_b = cmp.a.peak_memory_bytes, cmp.b.peak_memory_bytes
     cols[2].metric("Peak GPU memory B", fmt_bytes(mem_b),
                    fmt_bytes(mem_b - mem_a) if mem_a is not None and mem_b is not None else None,
                    delta_color="inverse", help=f"A: {fmt_bytes(mem_a)}")
     cols[3].metric("Tuples only in A / only in B", f"{cmp.only_a:,} / {cmp.only_b:,}",
                    help=f"{cmp.both:,} tuples are in both runs")
+    for note in notes:
+        st.info(note, icon=":material/info:")
+    changed = comparison.changed_settings(cmp.a, cmp.b)
+    if changed:
+        st.caption("Changed between A and B: " + ", ".join(n.replace("_", " ") for n in changed) + ".")
+    stages = comparison.stage_frame(cmp.a, cmp.b)
+    if not stages.empty:
+        st.markdown("**Where the time went** (seconds per stage; stages overlap, so they can add up to more "
+                    "than the wall time)")
+        st.bar_chart(stages, horizontal=True, stack=False, height=60 + 45 * len(stages))
     st.dataframe(pd.DataFrame([side_row("A", cmp.a), side_row("B", cmp.b)]), hide_index=True)
     if cmp.identical:
         st.success("Both runs read the same texts and extracted exactly the same tuples.")
