@@ -18,6 +18,7 @@ windows (kernel_codes' ranges), so a row packed with several windows costs about
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -100,6 +101,51 @@ def available() -> bool:
     return triton is not None
 
 
+class Tiles(NamedTuple):
+    """One launch configuration of the kernel."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+# The configurations the kernel may launch with, fastest first on the H200 (docs/benchmarks.md's tile sweeps).
+# A GPU takes the first whose shared memory fits the per-block limit it reports (tiles_for): an Ada card
+# (RTX 4090, sm_89) allows 99 KB, a Hopper 227 KB; the smaller tiles are for cards with less still.
+TILES = (Tiles(64, 32, 4, 3), Tiles(64, 16, 4, 2), Tiles(32, 16, 2, 2), Tiles(16, 16, 1, 1))
+
+
+def shared_bytes(tiles: Tiles, element_bytes: int, head_dim: int) -> int:
+    """An upper bound on the shared memory one block of the kernel takes: every tile the dots read staged
+    at once (Q, and K and V once per pipeline stage), the probabilities P, and the per-key codes per stage.
+    The compiler reuses buffers, so it allocates less; tests/rexuninlu/test_sm89.py compiles every entry of
+    TILES for sm_89 and checks the bound against what it allocated (docs/performance.md, §7)."""
+    stages = max(tiles.num_stages, 1)
+    operands = tiles.block_m * head_dim + 2 * stages * tiles.block_n * head_dim + tiles.block_m * tiles.block_n
+    return element_bytes * operands + stages * 4 * 4 * tiles.block_n
+
+
+def tiles_for(shared_limit: int, element_bytes: int, head_dim: int) -> Tiles:
+    """The first configuration of TILES that fits `shared_limit` bytes of shared memory per block."""
+    for tiles in TILES:
+        if shared_bytes(tiles, element_bytes, head_dim) <= shared_limit:
+            return tiles
+    raise RuntimeError(f"the attention kernel needs at least {shared_bytes(TILES[-1], element_bytes, head_dim)} "
+                       f"bytes of shared memory per block; this GPU offers {shared_limit}: use the sdpa kernel")
+
+
+TILES_LIMIT_OFF_CUDA = 1 << 30      # the CPU interpreter has no shared memory to run out of
+
+
+@functools.lru_cache(maxsize=None)
+def device_shared_limit(index: int) -> int:
+    """The shared memory a block may take on CUDA device `index`, as the device reports it (the opt-in
+    limit, above the default 48 KB; Triton opts in for a kernel that needs it). By the number, never by the
+    GPU's name."""
+    return int(torch.cuda.get_device_properties(index).shared_memory_per_block_optin)
+
+
 def rows_contiguous(table):
     """The kernel gathers within a table's rows, so only the last dim must be contiguous."""
     return table if table.stride(-1) == 1 else table.contiguous()
@@ -132,11 +178,16 @@ def kernel_codes(positions, groups, types, segments) -> KernelCodes:
 
 
 def disentangled_attention(q, k, v, c2p_table, p2c_table, codes: KernelCodes, scale: float,
-                           block_m: int = 64, block_n: int = 32, num_warps: int = 4):
+                           block_m: int | None = None, block_n: int | None = None, num_warps: int | None = None,
+                           num_stages: int | None = None):
     """q,k,v [B,H,L,d] and tables [B,H,L,2S] (unscaled), any strides with the last dim contiguous;
     codes from kernel_codes -> context [B,H,L,d], stored [B,L,H,d] underneath so the caller's merge of
-    heads is free."""
+    heads is free. Tiles not given come from tiles_for the device's shared memory."""
     B, H, L, D = q.shape
+    index = torch.cuda.current_device() if q.device.index is None else q.device.index
+    chosen = tiles_for(device_shared_limit(index) if q.is_cuda else TILES_LIMIT_OFF_CUDA, q.element_size(), D)
+    block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
+    num_warps, num_stages = num_warps or chosen.num_warps, num_stages or chosen.num_stages
     span = c2p_table.shape[-1] // 2
     assert q.stride(-1) == k.stride(-1) == v.stride(-1) == 1 and k.stride() == v.stride()
     c, p = rows_contiguous(c2p_table), rows_contiguous(p2c_table)
@@ -148,5 +199,5 @@ def disentangled_attention(q, k, v, c2p_table, p2c_table, codes: KernelCodes, sc
                             codes.positions.stride(0), out.stride(0), out.stride(1), out.stride(2),
                             H, scale, L=L, SPAN=span, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
                             PRECISION="ieee" if q.dtype == torch.float32 else "tf32",   # fp32 stays real fp32
-                            num_warps=num_warps)
+                            num_warps=num_warps, num_stages=num_stages)
     return out
