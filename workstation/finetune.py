@@ -34,6 +34,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from contracts.batching import is_out_of_memory
 from contracts.domain import Document, InputError, WeightsError
 from contracts.names import Reads
 from workstation import engine
@@ -249,6 +250,20 @@ def steps_per_epoch(n_examples: int, args) -> int:
     return math.ceil(math.ceil(n_examples / args.batch_size) / args.grad_accum)
 
 
+def backward(training, batches: list[list], autocast, slices: int) -> float:
+    """Back-propagate one optimizer step's micro-batches, each cut into `slices` slices weighted by their share
+    of its rows: both models' losses are means over rows, so the gradient is the step's own. -> the step's loss."""
+    total = 0.0
+    for rows in batches:
+        size = math.ceil(len(rows) / slices)
+        for k in range(0, len(rows), size):
+            part = rows[k:k + size]
+            loss = training.loss(part, autocast) * (len(part) / len(rows)) / len(batches)
+            loss.backward()
+            total += loss.item()
+    return total
+
+
 def train(training, examples: Sequence, args, device: str, events: TrainingEvents, stop: StopRequest,
           resume: dict | None = None, evaluate_epoch: Callable[[], dict] | None = None,
           before: dict | None = None, log=print) -> dict:
@@ -277,6 +292,7 @@ def train(training, examples: Sequence, args, device: str, events: TrainingEvent
             set_rng_state(resume["rng"], device)
         log(f"resumed from {resume['path']} (epoch {first_epoch + 1}, step {step})")
     autocast = torch.bfloat16 if args.dtype == "bf16" else None
+    slices = 1                  # each micro-batch's forward and backward in this many slices (out-of-memory back-off)
 
     def checkpoint(epoch: int, done_in_epoch: int) -> None:
         state = {"model": network.state_dict(), "optimizer": optimizer.state_dict(),
@@ -291,11 +307,21 @@ def train(training, examples: Sequence, args, device: str, events: TrainingEvent
         t0 = time.perf_counter()
         for i in range(skip if epoch == first_epoch else 0, len(groups)):
             lr = scheduler.get_last_lr()[0]
-            step_loss = 0.0
-            for batch in groups[i]:
-                loss = training.loss([examples[j] for j in batch], autocast) / len(groups[i])
-                loss.backward()
-                step_loss += loss.item()
+            batches = [[examples[j] for j in batch] for batch in groups[i]]
+            while True:
+                try:
+                    step_loss = backward(training, batches, autocast, slices)
+                    break
+                except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
+                    if not is_out_of_memory(e) or slices >= args.batch_size:
+                        raise
+                # A part of the step's gradient may have been added before memory ran out: the step starts
+                # again from zero, each micro-batch in twice as many slices, and so do the steps after it.
+                optimizer.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+                slices *= 2
+                log(f"out of GPU memory at step {step + 1}: micro-batches of {args.batch_size} examples now run "
+                    f"in slices of {math.ceil(args.batch_size / slices)} (the same gradient, more passes)")
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             scheduler.step()

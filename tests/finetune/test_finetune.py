@@ -229,3 +229,28 @@ def test_optimizations_take_commas_as_extract_does(rex_tiny, tmp_path, capsys):
     assert cli.main(args) == 2
     err = capsys.readouterr().err
     assert "precision do not apply" in err and "gradient-checkpointing," not in err
+
+
+def test_a_step_out_of_gpu_memory_runs_again_in_slices_with_the_same_gradient(rex_tiny_no_dropout, tmp_path,
+                                                                              monkeypatch, capsys):
+    from plugins.rexuninlu import training as rex_training
+    train = write_jsonl(tmp_path / "train.jsonl", ner_lines())
+    common = ["--weights", str(rex_tiny_no_dropout), "--train", str(train), "--epochs", "1", "--lr", "1e-3",
+              "--no-eval", "--device", "cpu", "--batch-size", "4"]
+    finetune.main(common + ["--output", str(tmp_path / "whole")])
+    real, sizes = rex_training.batch_loss, []
+
+    def small_memory(scorer, rows, autocast_dtype=None):
+        sizes.append(len(rows))
+        if len(rows) > 1:             # as a 24 GB card might, part-way through a step's micro-batches
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(scorer, rows, autocast_dtype)
+    monkeypatch.setattr(rex_training, "batch_loss", small_memory)
+    capsys.readouterr()
+    assert finetune.main(common + ["--output", str(tmp_path / "sliced")]) == 0
+    said = capsys.readouterr().out
+    assert "out of GPU memory at step 1: micro-batches of 4 examples now run in slices of 2" in said
+    assert "now run in slices of 1" in said and max(sizes[sizes.index(1):]) == 1     # and stays sliced
+    a = torch.load(tmp_path / "whole" / "pytorch_model.bin", weights_only=True)
+    b = torch.load(tmp_path / "sliced" / "pytorch_model.bin", weights_only=True)
+    assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
