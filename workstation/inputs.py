@@ -1,5 +1,6 @@
 """Input files -> Documents. JSONL (one object a line), TXT (one text a line), CSV (a `text` column),
-Parquet (one document a row, the JSONL keys as columns).
+Parquet (one document a row, the JSONL keys as columns). `text_column` names another column (or JSONL key)
+that holds the text, for a file that calls it `content` or `body`.
 
 Every problem names the line it is on, so a person can fix the file.
 """
@@ -90,15 +91,18 @@ def parse_schema_arg(value: str | None) -> Any:
         raise InputError(f"{where} is not valid JSON: {json_problem(e)}") from None
 
 
-def _document(obj: Any, line: int, default: Any) -> Document:
+TEXT = "text"                            # the column (JSONL key) that holds the text, unless told another
+
+
+def _document(obj: Any, line: int, default: Any, text_column: str = TEXT) -> Document:
     if not isinstance(obj, dict):
         raise InputError(f"expected a JSON object, got {type(obj).__name__}", line)
-    if "text" not in obj:
-        raise InputError("missing \"text\"", line)
+    if text_column not in obj:
+        raise InputError(f"missing {json.dumps(text_column, ensure_ascii=False)}", line)
     doc_id = obj.get("id", line)
     if not isinstance(doc_id, (str, int)) or isinstance(doc_id, bool):
         raise InputError(f"\"id\" must be a string or integer, got {type(doc_id).__name__}", line)
-    doc = Document(str(doc_id), obj["text"], obj.get("schema"), obj.get("task"), obj.get("labels"), line)
+    doc = Document(str(doc_id), obj[text_column], obj.get("schema"), obj.get("task"), obj.get("labels"), line)
     return _with_default(doc, default)
 
 
@@ -147,15 +151,15 @@ def require_file(path: Path, what: str = "input file", name: str = "") -> None:
         raise InputError(f"{what} {name or path} does not exist")
 
 
-def read_documents(path: Path, default: dict[str, Any] | None = None, skip_invalid: bool = False, name: str = ""
-                   ) -> tuple[list[Document], list[InputError]]:
+def read_documents(path: Path, default: dict[str, Any] | None = None, skip_invalid: bool = False, name: str = "",
+                   text_column: str = TEXT) -> tuple[list[Document], list[InputError]]:
     """Read every document; with skip_invalid, bad lines are collected instead of raised. `default` fills what
     a line leaves out (`defaults_for`). `name` is what messages call the file (an upload's own name, not the
     temporary file it was saved to)."""
     path = Path(path)
     require_file(path, name=name)
     with open(path, "rb") as f:
-        return parse_documents(f, path.suffix, name or str(path), default, skip_invalid)
+        return parse_documents(f, path.suffix, name or str(path), default, skip_invalid, text_column)
 
 
 def iter_documents(path: Path, default: Any = None, on_invalid: Callable[[InputError], None] | None = None,
@@ -172,17 +176,18 @@ def iter_documents(path: Path, default: Any = None, on_invalid: Callable[[InputE
     return read()
 
 
-def parse_documents(stream: BinaryIO, suffix: str, name: str, default: Any = None, skip_invalid: bool = False
-                    ) -> tuple[list[Document], list[InputError]]:
+def parse_documents(stream: BinaryIO, suffix: str, name: str, default: Any = None, skip_invalid: bool = False,
+                    text_column: str = TEXT) -> tuple[list[Document], list[InputError]]:
     """The documents of one input file's bytes (`suffix` says the format, `name` is used in messages).
     The corpus runner parses shards it was handed as bytes through here, exactly as the CLI reads a file."""
     errors: list[InputError] = []
-    docs = list(stream_documents(stream, suffix, name, default, errors.append if skip_invalid else None))
+    docs = list(stream_documents(stream, suffix, name, default, errors.append if skip_invalid else None, text_column))
     return docs, errors
 
 
 def stream_documents(stream: BinaryIO, suffix: str, name: str, default: Any = None,
-                     on_invalid: Callable[[InputError], None] | None = None) -> Iterator[Document]:
+                     on_invalid: Callable[[InputError], None] | None = None, text_column: str = TEXT
+                     ) -> Iterator[Document]:
     """parse_documents, one document at a time: a bad line raises, or goes to `on_invalid` and is skipped.
     What is wrong with the whole file (not UTF-8, no text column, not Parquet) always raises."""
     suffix = suffix.lower()
@@ -199,15 +204,17 @@ def stream_documents(stream: BinaryIO, suffix: str, name: str, default: Any = No
     def lines() -> Iterator[Document | None]:
         if suffix == ".parquet":
             for n, row in enumerate(_parquet_rows(stream, name), start=1):
-                yield made(lambda: _document(_decoded(row, n), n, default))
+                yield made(lambda: _document(_decoded(row, n), n, default, text_column))
         elif suffix == ".csv":
             f = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
             reader = csv.DictReader(f)
-            if not reader.fieldnames or "text" not in reader.fieldnames:
-                raise InputError(f"{name} has no 'text' column (columns: {reader.fieldnames})")
+            if not reader.fieldnames or text_column not in reader.fieldnames:
+                raise InputError(f"{name} has no {text_column!r} column (columns: "
+                                 f"{', '.join(reader.fieldnames or []) or 'none'}); name the column that holds "
+                                 "the text (Batch: Text column)")
             for n, row in enumerate(reader, start=2):
-                yield made(lambda: _with_default(Document(row.get("id") or str(n - 1), row["text"] or "", line=n),
-                                                 default))
+                yield made(lambda: _with_default(Document(row.get("id") or str(n - 1), row[text_column] or "",
+                                                          line=n), default))
         elif suffix == ".txt":
             for n, text in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
                 if text.strip():                     # a blank line separates texts; it is not one
@@ -215,7 +222,7 @@ def stream_documents(stream: BinaryIO, suffix: str, name: str, default: Any = No
         else:                                        # .jsonl / .json lines
             for n, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
                 if raw.strip():
-                    yield made(lambda: _document(json_line(raw, n), n, default))
+                    yield made(lambda: _document(json_line(raw, n), n, default, text_column))
 
     try:
         for doc in lines():
@@ -258,10 +265,12 @@ def json_line(raw: str, line: int, source: str = "") -> Any:
 
 
 def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False, name: str = "",
-                         where: str = "--schema") -> tuple[list[Document], list[InputError]]:
+                         where: str = "--schema", text_column: str = TEXT
+                         ) -> tuple[list[Document], list[InputError]]:
     """read_documents, then the model's own checks (schema, labels, text) on every document. `default` is the
     value given for lines without their own (--schema), read as the family reads it (`defaults_for`)."""
-    documents, errors = read_documents(path, defaults_for(family.reads, default, where), skip_invalid, name)
+    documents, errors = read_documents(path, defaults_for(family.reads, default, where), skip_invalid, name,
+                                       text_column)
     valid = []
     for doc in documents:
         try:

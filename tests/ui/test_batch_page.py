@@ -205,3 +205,60 @@ def test_a_job_started_after_an_extract_run_uses_the_model_that_run_loaded(app, 
     assert done.status == "done" and state.model_shelf().loaded() == [key]
     assert len(fake_plugin.family.loads) == 1                 # the job borrowed it: no second copy
     assert set(state.store().get_run(done.run_id).summary.stages["seconds"]) == {"prepare", "device", "decode", "write"}
+
+
+def test_a_csv_with_a_content_column_is_previewed_and_runs_on_the_chosen_text_column(app):
+    # A CSV whose text is under `content` was a dead end: "no 'text' column", and no way to say which.
+    at = app.run().switch_page(PAGE).run()
+    csv_bytes = "id,content,source\na,Alice in Paris,web\nb,Bob,mail\nc,\"Paris, again\",web\n".encode()
+    at.file_uploader(key="batch_upload").set_value(("notes.csv", csv_bytes, "text/csv")).run()
+    assert not at.exception
+    assert any("3 row(s) · 3 column(s)" in c.value for c in at.caption)
+    assert [list(d.value.columns) for d in at.dataframe] == [["id", "content", "source"]]   # the first rows
+    assert at.selectbox(key="batch_text_column").value == "content"        # guessed from its name
+    at.text_area(key="batch-schema:fakeie").input('{"Paris": null, "Bob": null}').run()
+    start(at)
+    assert not at.exception and not at.error
+    [job] = state.store().list_jobs()
+    done = wait_done(job.id)
+    run = state.store().get_run(done.run_id)
+    assert [d.text for d, _ in run.items] == ["Alice in Paris", "Bob", "Paris, again"]
+    assert [[s.span for t in r.tuples for s in t] for _, r in run.items] == [["Paris"], ["Bob"], ["Paris"]]
+    assert run.settings["input"] == {"file": "notes.csv", "text_column": "content"}
+
+
+def test_choosing_another_text_column_reads_that_one(app):
+    at = app.run().switch_page(PAGE).run()
+    csv_bytes = "text,summary\nAlice,Bob\n".encode()
+    at.file_uploader(key="batch_upload").set_value(("two.csv", csv_bytes, "text/csv")).run()
+    assert at.selectbox(key="batch_text_column").value == "text"
+    at.selectbox(key="batch_text_column").select("summary").run()
+    at.text_area(key="batch-schema:fakeie").input('{"Bob": null}').run()
+    start(at)
+    [job] = state.store().list_jobs()
+    run = state.store().get_run(wait_done(job.id).run_id)
+    assert [d.text for d, _ in run.items] == ["Bob"]
+
+
+def test_a_running_job_shows_the_time_left_and_its_throughput_and_a_done_one_a_download(app):
+    import socket
+    store, owner = state.store(), f"{socket.gethostname()}:999999999:a"     # a corpus job: progress by hand
+    job_id = store.begin_corpus_job(None, "corpus: shards/*.jsonl", "/data/out", "fakeie", "w", owner=owner,
+                                    device="local", dtype="fp32", batch_size=8, optimizations=[], options={})
+    store.corpus_progress(job_id, owner, total=40, done=10, wall_seconds=2.0, docs_per_second=5.0)
+    at = app.run().switch_page(PAGE).run()
+    assert any("10 / 40 documents · 5.0 docs/s · 2.0 s · about 6 s left" in p.proto.text for p in at.get("progress"))
+    for done in (20, 30):
+        time.sleep(0.2)
+        store.corpus_progress(job_id, owner, total=40, done=done, wall_seconds=3.0, docs_per_second=5.0)
+        at.run()
+    assert any(e.label.startswith("Throughput") for e in at.expander) and at.get("vega_lite_chart")
+
+    at.file_uploader(key="batch_upload").set_value(("t.txt", b"Alice\n", "text/plain")).run()
+    start(at)
+    finished = wait_done(max(j.id for j in store.list_jobs()))
+    at.run()
+    key = f"job-{finished.id}-export"
+    next(b for b in at.button if b.key == f"{key}_prepare").click().run()
+    assert not at.exception
+    assert any(d.label.startswith(f"Download runs-{finished.run_id}-") for d in at.get("download_button"))

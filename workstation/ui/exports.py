@@ -18,27 +18,28 @@ def _export_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="iew-exports-"))
 
 
-def export_picker(store, run_ids: list[int]) -> None:
+def export_picker(store, run_ids: list[int], key: str = "export") -> None:
+    """A format, "Prepare file", then its download. `key` prefixes the widgets' keys (several pickers on a page)."""
     from workstation.exports import export_runs, exporters
     available = exporters()
     if not available:
         st.info("No exporter is installed.")
         return
-    fmt = st.selectbox("Format", list(available), key="export_format",
+    fmt = st.selectbox("Format", list(available), key=f"{key}_format",
                        format_func=lambda n: available[n].title or n)
     exporter = available[fmt]
-    if st.button("Prepare file", key="export_prepare"):
+    if st.button("Prepare file", key=f"{key}_prepare"):
         ids = "-".join(map(str, run_ids[:5])) + ("-etc" if len(run_ids) > 5 else "")
         path = _export_dir() / f"runs-{ids}-{fmt}{exporter.suffix}"
         try:
             with st.spinner("Exporting…"):
                 report = export_runs(store, list(run_ids), fmt, path)
-            st.session_state["export_file"] = (fmt, tuple(run_ids), str(path), report.message())
+            st.session_state[f"{key}_file"] = (fmt, tuple(run_ids), str(path), report.message())
         except Exception as e:          # an exporter failing must not take the history page down
             st.error(f"Export failed: {type(e).__name__}: {render.md_text(e)}")
-    prepared = st.session_state.get("export_file")
+    prepared = st.session_state.get(f"{key}_file")
     if prepared and prepared[:2] == (fmt, tuple(run_ids)) and Path(prepared[2]).exists():
         path = Path(prepared[2])
         st.caption(render.md_text(prepared[3]))
         st.download_button(f"Download {path.name}", data=path.read_bytes(), file_name=path.name,
-                           mime=exporter.mime, key="export_download", type="primary", on_click="ignore")
+                           mime=exporter.mime, key=f"{key}_download", type="primary", on_click="ignore")

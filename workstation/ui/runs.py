@@ -110,13 +110,16 @@ def rerun(detail) -> tuple[str, int]:
     return "run", run_and_record(request, documents)
 
 
-def start_job(request: RunRequest, documents: Sequence[Document], source_name: str) -> int:
-    """Queue documents as a background job (recorded as a 'batch' run when done) and start it."""
+def start_job(request: RunRequest, documents: Sequence[Document], source_name: str,
+              inputs: dict[str, Any] | None = None) -> int:
+    """Queue documents as a background job (recorded as a 'batch' run when done) and start it. `inputs`: how
+    the input file was read (its name, the text column), kept in the job's settings."""
     key, weights, dtype, batch_size = target(request)
     with state.model_shelf().borrow(key) as model:      # loaded now: the job's slices borrow this one
         names = engine.applicable(model, request.optimizations)   # the job would fail on one that does not apply
+    snapshot = request.snapshot(weights, dtype) | ({"input": dict(inputs)} if inputs else {})
     job_id = state.store().create_job(
         list(documents), request.model, weights, batch_size, names, dict(request.options), source_name,
-        device=request.device, dtype=dtype, task=request.task, settings_snapshot=request.snapshot(weights, dtype))
+        device=request.device, dtype=dtype, task=request.task, settings_snapshot=snapshot)
     state.job_runner().submit(job_id)
     return job_id

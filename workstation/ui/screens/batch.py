@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,12 +12,13 @@ from contracts.domain import InputError
 from contracts.names import Reads
 from contracts.stages import describe as describe_stages
 from workstation import plugins
-from workstation.inputs import read_valid_documents
-from workstation.ui import gpu, local_files, render, runs, schema_editor, state
+from workstation.inputs import TEXT, read_valid_documents
+from workstation.ui import exports, file_preview, gpu, job_progress, local_files, render, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
 
 SUFFIXES = ["jsonl", "json", "csv", "txt"]
 MAX_ERRORS_SHOWN = 20
+PREVIEW_BYTES = 64 << 20                 # a file on the server larger than this is not read for a preview
 
 st.title("Batch")
 fam = state.current_family()
@@ -35,6 +37,42 @@ def load_preset() -> None:
 if st.session_state.get(TASK) not in presets:
     st.session_state[TASK] = next(iter(presets))
     load_preset()
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _preview(data: bytes, suffix: str) -> file_preview.Preview:
+    return file_preview.preview(data, suffix)
+
+
+def input_preview(upload, path_text: str | None) -> str:
+    """The file's rows and columns, its first rows, and the choice of the column that holds the text (kept in
+    the job's settings). Returns that column ("text" where there is no choice to make)."""
+    if upload is not None:
+        data, suffix = upload.getvalue(), Path(upload.name).suffix
+    elif path_text and path_text.strip():
+        try:
+            path = local_files.local_file(path_text, state.settings(), state.bound_host())
+            if path.stat().st_size > PREVIEW_BYTES:
+                st.caption(f"{render.md_text(path.name)} is too large to preview here; it is read when the job starts.")
+                return st.text_input("Text column", TEXT, key="batch_text_column_typed")
+            data, suffix = path.read_bytes(), path.suffix
+        except (InputError, OSError):
+            return TEXT                  # the path's problem is reported when the job is started
+    else:
+        return TEXT
+    seen = _preview(data, suffix)
+    if seen.problem:
+        st.warning(f"The file cannot be previewed: {render.md_text(seen.problem)}")
+        return TEXT
+    st.caption(f"{seen.rows:,} row(s)" + (f" · {len(seen.columns)} column(s): "
+                                          + ", ".join(render.md_code(c) for c in seen.columns) if seen.columns else ""))
+    st.dataframe(seen.head, hide_index=True, key="batch_preview", height=min(38 + 35 * len(seen.head), 220))
+    if not seen.columns:
+        return TEXT
+    if st.session_state.get("batch_text_column") not in seen.columns:
+        st.session_state["batch_text_column"] = seen.text_guess()
+    return st.selectbox("Text column", seen.columns, key="batch_text_column",
+                        help="The column (JSONL: the key) that holds the text to extract from.")
+
 
 with st.container(border=True):
     st.markdown(("**Input**: JSONL (`{\"id\", \"text\", \"task\", \"labels\"}`)" if fam.reads == Reads.LABELS else
@@ -57,6 +95,7 @@ with st.container(border=True):
                                   help="A file inside a folder of settings.toml's [batch] input_folders.")
         st.caption("Folders open to Batch: "
                    + ", ".join(render.md_code(str(f)) for f in local_files.input_folders(state.settings())))
+    text_column = input_preview(upload, path_text)
     left, right = st.columns(2)
     left.selectbox("Default task", list(presets), key=TASK, on_change=load_preset,
                    format_func=lambda n: f"{presets[n].title} ({n})")
@@ -80,10 +119,11 @@ def read_input(default, skip_invalid: bool) -> tuple[list, list, str]:
         with tempfile.TemporaryDirectory(prefix="iew-upload-") as folder:
             path = Path(folder) / f"input{suffix}"
             path.write_bytes(upload.getvalue())
-            return *read_valid_documents(path, fam, default, skip_invalid, upload.name), upload.name
+            return *read_valid_documents(path, fam, default, skip_invalid, upload.name,
+                                         text_column=text_column), upload.name
     if path_text and path_text.strip():
         path = local_files.local_file(path_text, state.settings(), state.bound_host())
-        return *read_valid_documents(path, fam, default, skip_invalid), str(path)
+        return *read_valid_documents(path, fam, default, skip_invalid, text_column=text_column), str(path)
     raise InputError("choose a file to upload or type a path first")
 
 
@@ -104,7 +144,7 @@ if start:
         request = runs.RunRequest(fam.name, state.device_for(fam.name), tuple(optimizations),
                                   task=st.session_state[TASK], batch_size=int(batch_size),
                                   options=tuple(sorted(options.items())))
-        job_id = runs.start_job(request, valid, name)
+        job_id = runs.start_job(request, valid, name, inputs={"file": name, "text_column": text_column})
         st.toast(f"Job {job_id} started with {len(valid):,} documents.")
         if errors:
             st.warning(f"Skipped {len(errors)} invalid line(s): "
@@ -139,8 +179,17 @@ def job_card(store, job) -> None:
         cols = st.columns([5, 1])
         cols[0].markdown(f"**Job {job.id}** · {render.md_text(job.source_name)} · {render.md_text(job.model)} · "
                          f"`{job.status}`")
+        samples = pace(job)
+        recent = job_progress.recent_rate(samples) if job.status == "running" else None
         rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
-        st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s")
+        left = job_progress.remaining_seconds(job.total, job.done, recent or job.docs_per_second)
+        left_text = f" · about {job_progress.duration(left)} left" if left is not None and not job.finished else ""
+        st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s"
+                                       f"{left_text}")
+        chart = job_progress.throughput(samples)
+        if len(chart) >= 2:
+            with st.expander("Throughput (documents/s while this page was open)", expanded=not job.finished):
+                st.line_chart(chart, x="seconds", y="documents/s", height=160)
         if (job.stages or {}).get("seconds"):             # where the time went, summed over the slices done
             seconds = job.stages["seconds"]
             busy = seconds.get("device", 0.0) / job.wall_seconds if job.wall_seconds else None
@@ -160,9 +209,19 @@ def job_card(store, job) -> None:
                 if store.requeue_job(job.id):
                     state.job_runner().submit(job.id)
                 st.rerun(scope="fragment")
-        elif job.run_id is not None and cols[1].button("Open run", key=f"open-{job.id}"):
-            st.session_state["history_view"] = ("open", job.run_id)
-            st.switch_page(str(Path(__file__).parent / "history.py"))
+        elif job.run_id is not None:
+            if cols[1].button("Open run", key=f"open-{job.id}"):
+                st.session_state["history_view"] = ("open", job.run_id)
+                st.switch_page(str(Path(__file__).parent / "history.py"))
+            with cols[1].popover("Download", help="The run's results in any export format."):
+                exports.export_picker(store, [job.run_id], key=f"job-{job.id}-export")
+
+
+def pace(job) -> list[tuple[float, int]]:
+    """This tab's samples of the job's progress (one each time its card is drawn), for the pace and the chart."""
+    every = st.session_state.setdefault("batch_pace", {})
+    every[job.id] = job_progress.add_sample(every.get(job.id, []), time.monotonic(), job.done)
+    return every[job.id]
 
 
 jobs()
