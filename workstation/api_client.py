@@ -41,7 +41,8 @@ class Extraction:
 class Client:
     def __init__(self, base_url: str = "http://127.0.0.1:8502", token: str | None = None, timeout: float = 300.0,
                  retries: int = 3, transport: httpx.BaseTransport | None = None):
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # X-IEW-Request: what a form on another web page cannot send; the server wants it on uploads (docs/api.md).
+        headers = {"X-IEW-Request": "1", **({"Authorization": f"Bearer {token}"} if token else {})}
         self.retries = retries
         self._http = httpx.Client(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
 

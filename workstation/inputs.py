@@ -15,6 +15,7 @@ from typing import Any, BinaryIO, Callable, Iterator
 
 from contracts.domain import Document, InputError
 from contracts.names import Reads
+from workstation.unicode_text import lone_surrogate
 
 MAX_LINE_CHARS = 50_000_000
 
@@ -83,12 +84,16 @@ def parse_schema_arg(value: str | None) -> Any:
         is_file = len(value) < 4096 and path.is_file()
     except OSError:
         is_file = False
-    text = path.read_text("utf-8") if is_file else value
+    text = path.read_text("utf-8-sig") if is_file else value      # utf-8-sig: Windows editors add a BOM
+    where = f"file {path}" if is_file else "--schema"
     try:
-        return loads(text)
+        schema = loads(text)
     except json.JSONDecodeError as e:
-        where = f"file {path}" if is_file else "--schema"
         raise InputError(f"{where} is not valid JSON: {json_problem(e)}") from None
+    problem = lone_surrogate(schema, "the schema")
+    if problem:
+        raise InputError(f"{where}: {problem}")
+    return schema
 
 
 TEXT = "text"                            # the column (JSONL key) that holds the text, unless told another
@@ -208,6 +213,8 @@ def stream_documents(stream: BinaryIO, suffix: str, name: str, default: Any = No
         elif suffix == ".csv":
             f = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
             reader = csv.DictReader(f)
+            if reader.fieldnames is None:
+                raise InputError(f"{name} is empty: a CSV needs a header row naming its {text_column!r} column")
             if not reader.fieldnames or text_column not in reader.fieldnames:
                 raise InputError(f"{name} has no {text_column!r} column (columns: "
                                  f"{', '.join(reader.fieldnames or []) or 'none'}); name the column that holds "
@@ -216,11 +223,12 @@ def stream_documents(stream: BinaryIO, suffix: str, name: str, default: Any = No
                 yield made(lambda: _with_default(Document(row.get("id") or str(n - 1), row[text_column] or "",
                                                           line=n), default))
         elif suffix == ".txt":
-            for n, text in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
+            # utf-8-sig: a byte-order mark (Notepad writes one) is not part of the first text or line.
+            for n, text in enumerate(io.TextIOWrapper(stream, encoding="utf-8-sig"), start=1):
                 if text.strip():                     # a blank line separates texts; it is not one
                     yield made(lambda: _with_default(Document(str(n), text.rstrip("\r\n"), line=n), default))
         else:                                        # .jsonl / .json lines
-            for n, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8"), start=1):
+            for n, raw in enumerate(io.TextIOWrapper(stream, encoding="utf-8-sig"), start=1):
                 if raw.strip():
                     yield made(lambda: _document(json_line(raw, n), n, default, text_column))
 
@@ -258,10 +266,14 @@ def _decoded(row: dict[str, Any], line: int) -> dict[str, Any]:
 def json_line(raw: str, line: int, source: str = "") -> Any:
     """One line of a JSONL file, parsed; a syntax error names the line and the column (and the file)."""
     try:
-        return loads(raw)
+        value = loads(raw)
     except json.JSONDecodeError as e:
         raise InputError(f"{source + ': ' if source else ''}malformed JSON ({json_problem(e, line=False)})",
                          line) from None
+    problem = lone_surrogate(value)
+    if problem:
+        raise InputError(f"{source + ': ' if source else ''}{problem}", line)
+    return value
 
 
 def read_valid_documents(path: Path, family, default: Any = None, skip_invalid: bool = False, name: str = "",

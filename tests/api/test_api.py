@@ -13,6 +13,7 @@ from workstation.cli import main as cli_main
 NER = {"人物": None, "地理位置": None, "组织机构": None}
 CLS = {"正向": None, "负向": None}
 # The tiny random checkpoint finds little; a [CLASSIFY] text always yields its label span, so outputs are not empty.
+FORM = {"X-IEW-Request": "1"}          # what our client sends with an upload; a form on another page cannot
 TEXTS = ["北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。", "[CLASSIFY]很好看", "张三在北京大学读书", "李四去上海", "王五"]
 
 
@@ -147,7 +148,7 @@ def test_job_from_json_runs_in_the_background_and_streams_results(client):
 def test_job_from_a_csv_upload_and_cancel(client):
     csv = "id,text\n" + "".join(f"c{i},张三在北京{i}\n" for i in range(40))
     job = client.post("/v1/jobs", files={"file": ("docs.csv", csv.encode(), "text/csv")},
-                      data={"model": "rexuninlu", "schema": json.dumps(NER), "optimizations": "none"})
+                      data={"model": "rexuninlu", "schema": json.dumps(NER), "optimizations": "none"}, headers=FORM)
     assert job.status_code == 202, job.text
     job_id = job.json()["job_id"]
     assert job.json()["documents"] == 40
@@ -157,10 +158,11 @@ def test_job_from_a_csv_upload_and_cancel(client):
         assert client.get(f"/v1/jobs/{job_id}").json()["status"] == "cancelled"
     else:
         assert_error(cancelled, 409)
-    bad = client.post("/v1/jobs", files={"file": ("docs.pdf", b"%PDF", "application/pdf")}, data={"model": "rexuninlu"})
+    bad = client.post("/v1/jobs", files={"file": ("docs.pdf", b"%PDF", "application/pdf")}, data={"model": "rexuninlu"},
+                      headers=FORM)
     assert_error(bad, 400, "invalid_upload")
     bad = client.post("/v1/jobs", files={"file": ("docs.txt", b"x\n", "text/plain")},
-                      data={"model": "rexuninlu", "schema": "{not json"})
+                      data={"model": "rexuninlu", "schema": "{not json"}, headers=FORM)
     assert_error(bad, 400)
 
 
@@ -350,7 +352,15 @@ def test_server_refuses_a_non_loopback_address_without_a_token(api_settings):
         check_exposure("0.0.0.0", "")
     with pytest.raises(SystemExit, match="token"):
         check_exposure("192.168.1.5", "")
-    check_exposure("0.0.0.0", "a-token")
+    check_exposure("0.0.0.0", "a-token-of-16-chars")
+    check_exposure("127.0.0.1", "short")                       # on loopback the token is the user's choice
+
+
+@pytest.mark.parametrize("token", [" ", " " * 40, "x", "a-token", "tab\tseparated\t  ", "fifteen-chars-x"])
+def test_server_refuses_a_non_loopback_address_with_a_weak_token(token):
+    from workstation.api.server import check_exposure
+    with pytest.raises(SystemExit, match="at least 16"):
+        check_exposure("0.0.0.0", token)
 
 
 def test_cors_is_off_unless_configured(make_client, api_settings):

@@ -120,5 +120,6 @@ def test_the_api_checks_documents_by_what_the_model_reads(label_api):
     error = bad.json()["error"]
     assert error["line"] == 1 and 'fakegen reads "task" and "labels"' in error["message"]
     upload = label_api.post("/v1/jobs", files={"file": ("in.txt", b"Alice met Bob.\n", "text/plain")},
-                            data={"model": "fakegen", "schema": json.dumps({"person": None})})
+                            data={"model": "fakegen", "schema": json.dumps({"person": None})},
+                            headers={"X-IEW-Request": "1"})
     assert upload.status_code == 400 and "schema: this model reads a task and labels" in upload.text

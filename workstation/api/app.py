@@ -32,13 +32,14 @@ from contracts.domain import InputError, WeightsError
 from contracts.names import Reads
 from storage.views import NotFound
 from workstation import plugins
-from workstation.api import label_studio
+from workstation.api import label_studio, origins
 from workstation.api.lanes import QueueFull
-from workstation.api.schemas import ExportFormat, ExtractRequest, PredictRequest, SetupRequest, WebhookRequest
+from workstation.api.schemas import ExportFormat, ExtractRequest, PredictRequest, SetupRequest, Source, WebhookRequest
 from workstation.api.state import ApiState
 from workstation.engine import Cancelled
 from workstation.exports import export_bytes
 from workstation.settings import Settings
+from workstation.unicode_text import lone_surrogate
 
 log = logging.getLogger(__name__)
 MAX_ID = 2**63 - 1                                      # SQLite INTEGER: larger ids cannot exist
@@ -55,7 +56,9 @@ class ApiError(Exception):
 
 
 def error_body(code: str, message: str, line: int | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message[:2000]}
+    # A lone surrogate that slipped into a message (a path, a key) must not make the answer unencodable.
+    message = message[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
+    error: dict[str, Any] = {"code": code, "message": message}
     if line is not None:
         error["line"] = line
     return {"error": error}
@@ -66,14 +69,15 @@ def _json_error(status: int, code: str, message: str, line: int | None = None,
     return JSONResponse(error_body(code, message, line), status_code=status, headers=headers)
 
 
-# ---- ASGI middleware: body limit and bearer token, before any route reads the body ---------------------
+# ---- ASGI middleware: bearer token, origin and body limit, before any route reads the body --------------
 
 class Guard:
-    """Refuses a body over `max_body` bytes (413) and a request without the token (401), in plain ASGI so
-    the body is counted as it arrives and a refused request costs no parsing."""
+    """Refuses a request without the token (401), a state-changing request another web page may have sent
+    (403, origins.py) and a body over `max_body` bytes (413), in plain ASGI so the body is counted as it
+    arrives and a refused request costs no parsing."""
 
-    def __init__(self, app, max_body: int, token: str):
-        self.app, self.max_body, self.token = app, max_body, token
+    def __init__(self, app, max_body: int, token: str, cors_origins: tuple[str, ...] = ()):
+        self.app, self.max_body, self.token, self.cors_origins = app, max_body, token, tuple(cors_origins)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -83,6 +87,9 @@ class Guard:
                 and not self._authorized(headers.get("authorization", "")):
             return await _json_error(401, "unauthorized", "send the API token as 'Authorization: Bearer TOKEN'",
                                      headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
+        refused = origins.refusal(scope["method"], headers, scope.get("scheme", "http"), self.cors_origins)
+        if refused:
+            return await _json_error(403, *refused)(scope, receive, send)
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.max_body:
             return await self._too_large(scope, receive, send)
@@ -149,10 +156,12 @@ def create_app(settings: Settings, state: ApiState | None = None, **state_args) 
                   dependencies=[Depends(HTTPBearer(auto_error=False))])   # documents the token; Guard checks it
     app.state.api = state
     _handlers(app)
-    app.add_middleware(Guard, max_body=settings.api.max_body_bytes, token=settings.api.token)
-    if settings.api.cors_origins:                 # outermost, so a 401 or 413 reaches the browser's script too
+    app.add_middleware(Guard, max_body=settings.api.max_body_bytes, token=settings.api.token,
+                       cors_origins=tuple(settings.api.cors_origins))
+    if settings.api.cors_origins:                 # outermost, so a 401, 403 or 413 reaches the browser's script too
         app.add_middleware(CORSMiddleware, allow_origins=list(settings.api.cors_origins),
-                           allow_methods=["GET", "POST", "DELETE"], allow_headers=["Authorization", "Content-Type"])
+                           allow_methods=["GET", "POST", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "X-IEW-Request"])
     _routes(app, state)
     _label_studio_routes(app, state)
     return app
@@ -198,8 +207,8 @@ def validation_message(errors) -> str:
     """pydantic's errors as one line, without echoing the input values back."""
     parts = []
     for err in list(errors)[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", "invalid body"))
     return "; ".join(parts) or "invalid request"
 
 
@@ -327,7 +336,7 @@ def _routes(app: FastAPI, state: ApiState) -> None:
 
     @app.get("/v1/runs", tags=["history"])
     def runs(q: str | None = Query(None, max_length=1000), model: str | None = Query(None, max_length=128),
-             task: str | None = Query(None, max_length=128), source: str | None = Query(None, max_length=16),
+             task: str | None = Query(None, max_length=128), source: Source | None = None,
              limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=10**9)):
         q = (q or "").replace("\x00", " ")
         found = state.store.search_runs(q, model, task, limit=limit, offset=offset, source=source)
@@ -395,9 +404,13 @@ async def _upload(state: ApiState, request: Request):
         if not fields.get(key):
             return None
         try:
-            return json.loads(fields[key])
+            value = json.loads(fields[key])
         except (ValueError, RecursionError):
             raise ApiError(400, "invalid_input", f"{key}: not valid JSON") from None
+        problem = lone_surrogate(value, key)
+        if problem:
+            raise ApiError(400, "invalid_input", problem)
+        return value
 
     model = fields.get("model") or ""
     schema, labels, options = field_json("schema"), field_json("labels"), field_json("options")
@@ -416,7 +429,8 @@ async def _upload(state: ApiState, request: Request):
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / f"upload{suffix}"
         path.write_bytes(data)
-        documents, _ = await _run_in_thread(read_valid_documents, path, fam, default, False, "", where)
+        # Messages name the file as it was sent, not the temporary copy.
+        documents, _ = await _run_in_thread(read_valid_documents, path, fam, default, False, name, where)
     if not documents:
         raise ApiError(400, "invalid_upload", f"{name} has no documents")
     return config, documents, name

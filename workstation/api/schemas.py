@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from storage.records import SOURCES
+from workstation.unicode_text import lone_surrogate
 
 MAX_SCHEMA_DEPTH = 16          # RexUniNLU schemas are 1-3 levels deep; deeper is a mistake or an attack
 Dtype = Literal["fp32", "fp16", "bf16"]
 OptionValue = int | float | str | bool | None
 ExportFormat = Literal["jsonl", "csv", "xlsx", "parquet", "label-studio", "doccano"]
+Source = Literal[SOURCES]              # the surfaces a run can come from (History's source column)
 
 
 def check_depth(value: Any, limit: int = MAX_SCHEMA_DEPTH) -> Any:
@@ -23,12 +28,26 @@ def check_depth(value: Any, limit: int = MAX_SCHEMA_DEPTH) -> Any:
     return value
 
 
-class Strict(BaseModel):
+class UnicodeBody(BaseModel):
+    """A body whose strings (values and keys, at any depth) are valid Unicode: a lone surrogate is refused
+    here (422), before it can reach the engine, the history or an answer that cannot be encoded."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def valid_unicode(cls, value):
+        problem = lone_surrogate(value)
+        if problem:
+            raise PydanticCustomError("lone_surrogate", problem)
+        return value
+
+
+class Strict(UnicodeBody):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class DocumentIn(Strict):
-    id: str | int | None = Field(None, description="default: the 1-based position in `documents`")
+    # Strict: JSON true is not the id "1", nor 2.0 the id "2".
+    id: StrictStr | StrictInt | None = Field(None, description="default: the 1-based position in `documents`")
     text: str
     schema_: dict[str, Any] | None = Field(None, alias="schema",
                                            description="for a model that reads a schema (GET /v1/models: reads)")
@@ -39,6 +58,14 @@ class DocumentIn(Strict):
     @classmethod
     def schema_depth(cls, value):
         return check_depth(value)
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def id_kind(cls, value):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (str, int))):
+            kind = "true/false" if isinstance(value, bool) else type(value).__name__
+            raise PydanticCustomError("id_type", "an id is a string or an integer, not {kind}", {"kind": kind})
+        return value
 
 
 class ExtractRequest(Strict):
@@ -75,7 +102,7 @@ class ExtractRequest(Strict):
         return out
 
 
-class SetupRequest(BaseModel):
+class SetupRequest(UnicodeBody):
     """Label Studio's /setup: the project and its labeling config."""
     model_config = ConfigDict(extra="allow")
     project: str | int | None = None
@@ -83,7 +110,7 @@ class SetupRequest(BaseModel):
     model_version: str | None = None
 
 
-class PredictRequest(BaseModel):
+class PredictRequest(UnicodeBody):
     """Label Studio's /predict: tasks of a project."""
     model_config = ConfigDict(extra="allow")
     tasks: list[dict[str, Any]] = Field(..., max_length=10_000)
@@ -92,6 +119,6 @@ class PredictRequest(BaseModel):
     model_version: str | None = None
 
 
-class WebhookRequest(BaseModel):
+class WebhookRequest(UnicodeBody):
     model_config = ConfigDict(extra="allow")
     action: str = Field(..., max_length=128)

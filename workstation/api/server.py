@@ -15,11 +15,25 @@ def is_loopback(host: str) -> bool:
         return False                     # a host name: it may resolve to anything
 
 
+MIN_TOKEN_CHARS = 16            # off loopback anyone on the network may guess; spaces are no secret
+
+
+def token_strength(token: str) -> int:
+    """The characters of a token that are not white space."""
+    return len("".join(token.split()))
+
+
 def check_exposure(host: str, token: str) -> None:
-    """Refuse to listen beyond this machine without a bearer token."""
-    if not is_loopback(host) and not token:
+    """Refuse to listen beyond this machine without a bearer token of real strength."""
+    if is_loopback(host):
+        return
+    if not token:
         raise SystemExit(f"refusing to serve on {host}: off loopback the API needs a bearer token; set [api] token "
                          "in settings.toml or IEW_API_TOKEN (or serve on 127.0.0.1)")
+    if token_strength(token) < MIN_TOKEN_CHARS:
+        raise SystemExit(f"refusing to serve on {host}: the API token has {token_strength(token)} characters besides "
+                         f"spaces; off loopback it needs at least {MIN_TOKEN_CHARS} (make one with python3 -c "
+                         "'import secrets; print(secrets.token_urlsafe(24))' and set [api] token or IEW_API_TOKEN)")
 
 
 def serve(settings: Settings, host: str | None = None, port: int | None = None) -> int:

@@ -8,6 +8,7 @@ from typing import Any
 from contracts.domain import InputError
 from contracts.names import Reads
 from workstation.inputs import json_problem, loads
+from workstation.unicode_text import lone_surrogate
 
 
 def parse_schema(source: str) -> Any:
@@ -15,9 +16,13 @@ def parse_schema(source: str) -> Any:
     if not source.strip():
         raise InputError("the schema is empty: give a JSON object such as {\"人物\": null} or a list of labels")
     try:
-        return loads(source)
+        schema = loads(source)
     except json.JSONDecodeError as e:
         raise InputError(f"schema is not valid JSON: {json_problem(e)}") from None
+    problem = lone_surrogate(schema, "the schema")
+    if problem:
+        raise InputError(problem)
+    return schema
 
 
 def flat_types(schema: Any, reads: Reads) -> list[str] | None:
