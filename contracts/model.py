@@ -130,6 +130,9 @@ class ModelFamily(ABC):
     needs_weights: bool = True            # False: runs without a checkpoint (rules, dictionaries); `load` gets
                                           # the configured directory, which may not exist
     options: dict[str, Any] = {}          # extract() options and their defaults (the UI draws widgets)
+    # batch_size = "auto": per dtype, ((GB of device memory, largest batch that fits), ...) ascending;
+    # contracts.batching.auto_batch_size reads it. Empty: "auto" is the contract's default batch.
+    batch_table: dict[str, tuple[tuple[float, int], ...]] = {}
     option_choices: dict[str, tuple] = {}  # options that take one of a few values: the UI offers a choice
 
     @abstractmethod

@@ -10,11 +10,19 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from contracts.batching import batch_setting
 from contracts.domain import InputError, WeightsError, unread_chars
 from contracts.stages import describe as describe_stages
 from workstation import engine, plugins
 from workstation.recording import History
 from workstation.settings import ROOT, load_settings
+
+
+def batch_size_arg(value: str) -> int | str:
+    try:
+        return batch_setting(value, "--batch-size")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--output", required=True, type=Path)
     x.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: settings.toml)")
     x.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16"])
-    x.add_argument("--batch-size", type=int, default=None)
+    x.add_argument("--batch-size", type=batch_size_arg, default=None, help="a number, or auto (by the GPU's memory)")
     x.add_argument("--optimizations", default=None, help="comma-separated names, or 'none' for fp32 eager")
     x.add_argument("--schema", default=None, help="JSON or a JSON file: the default for lines without one")
     x.add_argument("--max-new-tokens", type=int, default=None)
@@ -59,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--gpus-per-worker", type=float, default=None, help="fractions share a GPU (default: 1)")
     c.add_argument("--format", default="parquet", choices=["parquet", "jsonl"])
     c.add_argument("--dtype", default=None, choices=["fp32", "fp16", "bf16"])
-    c.add_argument("--batch-size", type=int, default=None)
+    c.add_argument("--batch-size", type=batch_size_arg, default=None, help="a number, or auto (by the GPU's memory)")
     c.add_argument("--optimizations", default=None, help="comma-separated names, or 'none' for fp32 eager")
     c.add_argument("--schema", default=None, help="JSON or a JSON file: the default for lines without one")
     c.add_argument("--max-new-tokens", type=int, default=None)
@@ -192,7 +200,7 @@ def extract(args) -> int:
                                  ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
                if v is not None}
     options.update(model_options(fam, args.option))
-    batch_size = args.batch_size or ms.batch_size
+    batch_size = engine.batch_size_for(fam, args.batch_size or ms.batch_size, device, args.dtype or ms.dtype)
     if batch_size < 1:
         raise InputError("--batch-size must be at least 1")
 
@@ -331,7 +339,9 @@ def corpus(args) -> int:
     job = runner.CorpusJob(
         args.model, weights, args.input, args.output,
         address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-        batch_size=args.batch_size or ms.batch_size, optimizations=optimization_names(args.optimizations, s),
+        batch_size=engine.batch_size_for(engine.family(args.model), args.batch_size or ms.batch_size,
+                                         ms.device, args.dtype or ms.dtype),
+        optimizations=optimization_names(args.optimizations, s),
         dtype=args.dtype, configured_dtype=ms.dtype, format=args.format, schema=parse_schema_arg(args.schema),
         options=options, store=None if args.no_record else s.path(s.database))
     manifest = runner.run(job)

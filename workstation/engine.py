@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
+from contracts.batching import AUTO, auto_batch_size
 from contracts.domain import Document, InputError, Result, WeightsError
 from contracts.model import LoadedModel, ModelFamily
 from contracts.report import RunReport
@@ -61,6 +62,16 @@ def resolve_device(device: str) -> str:
             raise InputError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s), "
                              f"cuda:0 to cuda:{count - 1}")
     return device
+
+
+def batch_size_for(fam: ModelFamily, setting: int | str, device: str, dtype: str) -> int:
+    """The batch size a run uses: `setting` itself, or for "auto" the family's batch_table row for this device's
+    memory (as the device reports it) and dtype. The back-off still halves a batch that does not fit."""
+    if setting != AUTO:
+        return int(setting)
+    device = resolve_device(device)
+    memory = torch.cuda.get_device_properties(device).total_memory if device.startswith("cuda") else None
+    return auto_batch_size(fam.batch_table, dtype, memory)
 
 
 def family(name: str) -> ModelFamily:

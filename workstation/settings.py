@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contracts.batching import batch_setting
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PATH = Path(os.environ.get("IEW_SETTINGS", ROOT / "settings.toml"))
 
@@ -16,7 +18,7 @@ class ModelSettings:
     weights: str = ""            # official checkpoint dir; "" = use the demo weights
     device: str = "auto"         # auto | cpu | cuda | cuda:N
     dtype: str = "fp32"
-    batch_size: int = 16
+    batch_size: int | str = 16   # or "auto": the model's table for the device's memory (engine.batch_size_for)
 
 
 @dataclass
@@ -83,6 +85,7 @@ def load_settings(path: Path | None = None) -> Settings:
     s = Settings()
     for name, m in data.get("models", {}).items():
         s.models[name] = ModelSettings(**{k: v for k, v in m.items() if k in ModelSettings.__dataclass_fields__})
+        s.models[name].batch_size = batch_setting(s.models[name].batch_size, f"settings.toml: [models.{name}] batch_size")
     s.optimizations = list(data.get("optimizations", {}).get("enabled", []))
     store = data.get("storage", {})
     s.database = store.get("database", s.database)

@@ -64,6 +64,12 @@ class RexUniNLU(ModelFamily):
     title = "RexUniNLU (DeBERTa-v2 span extractor, zero-shot, schema-driven)"
     tasks = {t.name: t for t in PRESETS}
     reads = Reads.SCHEMA
+    # batch_size = "auto": windows of 512 tokens per batch, the most that ran without a back-off under a memory
+    # budget of the card's size less 1.5 GiB, eager attention (the most memory-hungry kernel); measured on an H200
+    # by `bench budget24` (docs/performance.md, §8).
+    batch_table = {"fp32": ((8, 64), (12, 96), (16, 128), (24, 224), (48, 480), (80, 768)),
+                   "bf16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024)),
+                   "fp16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024))}
 
     def validate(self, document: Document) -> None:
         validate_text(document.text, document.line)

@@ -111,8 +111,10 @@ class ApiState:
         if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
             raise InputError(f"dtype {dtype!r} is not one of fp32, fp16, bf16")
         weights, _ = self.settings.weights_for(model, fam.needs_weights)
-        return RunConfig(model, str(weights), self.device(model, device), dtype, tuple(dict.fromkeys(names)),
-                         tuple(sorted(options.items())), batch_size or ms.batch_size, defaults=optimizations is None)
+        device = self.device(model, device)
+        batch = engine.batch_size_for(fam, batch_size or ms.batch_size, device, dtype or ms.dtype)
+        return RunConfig(model, str(weights), device, dtype, tuple(dict.fromkeys(names)),
+                         tuple(sorted(options.items())), batch, defaults=optimizations is None)
 
     def documents(self, model: str, items: Sequence[dict[str, Any]], check: bool = False) -> list[Document]:
         """Request documents -> Documents; `line` is each one's 1-based position. An extraction's documents

@@ -74,7 +74,9 @@ def target(request: RunRequest) -> tuple[tuple, str, str, int]:
     weights, _ = state.weights_for(request.model)       # settings.toml's, or a fine-tune chosen in the sidebar
     ms = s.model(request.model)
     key = ModelShelf.key(request.model, weights, request.device, ms.dtype, reload_optimizations(request.optimizations))
-    return key, str(weights), ms.dtype, request.batch_size or ms.batch_size
+    batch = engine.batch_size_for(engine.family(request.model), request.batch_size or ms.batch_size, request.device,
+                                  ms.dtype)
+    return key, str(weights), ms.dtype, batch
 
 
 def run_only(request: RunRequest, documents: Sequence[Document]) -> tuple[engine.RunReport, str, str]:

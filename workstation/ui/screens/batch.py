@@ -11,7 +11,7 @@ import streamlit as st
 from contracts.domain import InputError
 from contracts.names import Reads
 from contracts.stages import describe as describe_stages
-from workstation import plugins
+from workstation import engine, plugins
 from workstation.inputs import TEXT, read_valid_documents
 from workstation.ui import exports, file_preview, gpu, job_progress, local_files, render, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
@@ -100,7 +100,10 @@ with st.container(border=True):
     left.selectbox("Default task", list(presets), key=TASK, on_change=load_preset,
                    format_func=lambda n: f"{presets[n].title} ({n})")
     left.text_area("Default schema (JSON)", key=SCHEMA, height=180)
-    batch_size = right.number_input("Batch size", 1, 1024, state.settings().model(fam.name).batch_size)
+    ms = state.settings().model(fam.name)
+    batch_size = right.number_input("Batch size", 1, 1024, engine.batch_size_for(fam, ms.batch_size, ms.device, ms.dtype),
+                                    help="settings.toml's; with batch_size = \"auto\" there, the largest that fits "
+                                         "this GPU's memory (docs/performance.md)")
     registry = plugins.optimizations()
     chosen = [n for n in state.chosen_optimizations() if n in registry]
     optimizations = right.multiselect("Optimizations", list(registry), default=chosen,
