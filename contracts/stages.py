@@ -8,6 +8,10 @@ the wall time: each stage is the seconds spent in it, not a slice of the wall.
 Device time is measured with CUDA events on the current stream (what the GPU itself spent), and
 read only at the end of the run so measuring never makes the host wait for the GPU. On the CPU it is
 the wall time of the forward calls.
+
+The clock is also how a run is watched and stopped while it is inside the model: a plugin counts its
+prompts (`count`), every `device()` bracket counts a step, and a set `cancel` event raises `Cancelled`
+at the next bracket, so one long document (SeqGPT on the CPU) stops between decoding steps, not at its end.
 """
 from __future__ import annotations
 
@@ -21,14 +25,40 @@ import torch
 STAGES = ("prepare", "device", "decode", "write")
 
 
+class Cancelled(Exception):
+    """A run was asked to stop (its cancel event was set)."""
+
+
 class StageClock:
-    def __init__(self, device: str = "cpu"):
+    def __init__(self, device: str = "cpu", cancel: threading.Event | None = None):
         self.cuda = str(device).startswith("cuda") and torch.cuda.is_available()
         self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
         self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._lock = threading.Lock()
         self.backoffs: list[dict] = []       # OOM back-offs: when (seconds into the run) and to what
         self.started = time.perf_counter()
+        self.cancel = cancel
+        self.steps = 0                       # device brackets entered: forward passes, decoding steps
+        self.prompts_planned = self.prompts_done = self.tokens_generated = 0
+
+    def check(self) -> None:
+        """Raise Cancelled if the run was asked to stop."""
+        if self.cancel is not None and self.cancel.is_set():
+            raise Cancelled()
+
+    def count(self, planned: int = 0, done: int = 0, tokens: int = 0) -> None:
+        """A plugin's progress: prompts planned, prompts finished, tokens generated."""
+        with self._lock:
+            self.prompts_planned += planned
+            self.prompts_done += done
+            self.tokens_generated += tokens
+
+    def progress(self) -> dict[str, int | float]:
+        """What the run has done so far; safe to read from another thread while it runs."""
+        with self._lock:
+            return {"seconds": time.perf_counter() - self.started, "steps": self.steps,
+                    "prompts_planned": self.prompts_planned, "prompts_done": self.prompts_done,
+                    "tokens_generated": self.tokens_generated}
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -45,7 +75,11 @@ class StageClock:
 
     @contextmanager
     def device(self) -> Iterator[None]:
-        """Bracket work queued on the device; its GPU time is summed at `finish()`."""
+        """Bracket work queued on the device; its GPU time is summed at `finish()`. A cancel is honoured
+        here, before the work is queued."""
+        self.check()
+        with self._lock:
+            self.steps += 1
         if not self.cuda:
             with self.stage("device"):
                 yield

@@ -38,7 +38,7 @@ from contracts.batching import AUTO, auto_batch_size
 from contracts.domain import Document, InputError, Result, WeightsError
 from contracts.model import LoadedModel, ModelFamily
 from contracts.report import RunReport
-from contracts.stages import IDLE, StageClock
+from contracts.stages import IDLE, Cancelled, StageClock  # noqa: F401  (Cancelled: run raises it, callers catch it)
 from workstation import plugins
 from workstation.settings import load_settings
 from workstation.thresholds import apply_thresholds
@@ -139,10 +139,6 @@ def settle(model: LoadedModel, optimizations: Sequence[str] | None, dtype: str |
     return active
 
 
-class Cancelled(Exception):
-    pass
-
-
 def slice_size(batch_size: int) -> int:
     """Documents given to the model at once: enough for its batching and its prefetch of the next group to
     work inside the slice, few enough that a cancel takes effect soon and memory stays bounded."""
@@ -156,8 +152,8 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
         on_result: Callable[[Document, Result], None] | None = None,
         on_progress: Callable[[int, int | None], None] | None = None,
         on_invalid: Callable[[Document, InputError], None] | None = None,
-        cancel: threading.Event | None = None, keep_results: bool = True,
-        thresholds: dict[str, float] | None = None, max_tuples: int | None = None, **options) -> RunReport:
+        cancel: threading.Event | None = None, on_clock: Callable[[StageClock], None] | None = None,
+        keep_results: bool = True, thresholds: dict[str, float] | None = None, max_tuples: int | None = None, **options) -> RunReport:
     """Run documents through a model and measure the run (the module's docstring has the steps).
 
     model:          a loaded model, or a Lend entered once the first slice has passed its checks
@@ -170,6 +166,10 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
                     report, so a long input is streamed to its writer, not held
     on_invalid:     called with (document, InputError) for a document that fails its checks, which is then
                     skipped; without it the first such document stops the run
+    cancel:         set it to stop the run with Cancelled: between slices, and inside the model at its next
+                    device step (contracts/stages.py)
+    on_clock:       called with the run's StageClock before the first slice; its progress() may be read from
+                    another thread while the run goes on (the Extract page's elapsed time and prompt counts)
     thresholds:     per-type confidence thresholds (workstation/thresholds.py) applied to every result
     max_tuples:     at most this many tuples per document (None: settings.toml's; 0: no limit)
     options:        the model's own extract() options
@@ -194,18 +194,22 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
         if on_start:
             on_start(report)
         with _collector_aside():
-            _measure(taken, report, chain([first], slices), limit, total, on_result, on_progress, cancel, keep_results)
+            _measure(taken, report, chain([first], slices), limit, total, on_result, on_progress, cancel, keep_results,
+                     on_clock)
     return report
 
 
 def _measure(model: LoadedModel, report: RunReport, slices: Iterator[list[Document]], limit: int,
-             total: int | None, on_result, on_progress, cancel: threading.Event | None, keep_results: bool) -> None:
+             total: int | None, on_result, on_progress, cancel: threading.Event | None, keep_results: bool,
+             on_clock: Callable[[StageClock], None] | None = None) -> None:
     on_cuda = model.device.startswith("cuda")
     if on_cuda:
         torch.cuda.synchronize(model.device)
         torch.cuda.reset_peak_memory_stats(model.device)
     tokens_before = model.tokens_processed()
-    clock = model.clock = StageClock(model.device)
+    clock = model.clock = StageClock(model.device, cancel)
+    if on_clock:
+        on_clock(clock)
     start = clock.started                 # the clock starts when it is made, i.e. now
     try:
         while True:

@@ -130,6 +130,7 @@ class Pipeline:
                 for index, run in enumerate(runs, start):
                     if run.prompts:
                         live[index] = run
+                        clock.count(planned=len(run.prompts))
                         order += [(index, c) for c in range(len(run.prompts))]
                     else:
                         results[index] = parser.submit(self._finish, run, clock)
@@ -157,6 +158,7 @@ class Pipeline:
                                                         clock.device, clock.backoff, fed):
                 run = live[index]
                 run.finished[c] = finished
+                clock.count(done=1)
                 if run.done:
                     results[index] = parser.submit(self._finish, live.pop(index), clock)
                 yield from finished_results(wait=False)
@@ -172,6 +174,7 @@ class Pipeline:
 
     def _finish(self, run: DocumentRun, clock: StageClock) -> Result:
         tokens = [f.tokens() for f in run.finished]        # waits for the copy off the device, if any
+        clock.count(tokens=sum(map(len, tokens)))
         with clock.stage("decode"):
             with self._tokenizer_lock:
                 run.raw = self.tokenizer.batch_decode(tokens, skip_special_tokens=True) if tokens else []
