@@ -16,8 +16,10 @@ APP = ROOT / "workstation" / "ui" / "app.py"
 def streamlit_argv(host: str, port: int) -> list[str]:
     # The file watcher is off: nobody edits the code of a running workstation, and its module scan
     # floods the log (transformers probing optional packages raises on every pass).
+    # XSRF protection is pinned on: a flag outranks STREAMLIT_* variables and config.toml, so no setting
+    # elsewhere lets another web page post uploads into a user's session.
     return ["streamlit", "run", str(APP), "--server.address", host, "--server.port", str(port),
-            "--server.headless", "true", "--server.fileWatcherType", "none",
+            "--server.headless", "true", "--server.fileWatcherType", "none", "--server.enableXsrfProtection", "true",
             "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
 
 
