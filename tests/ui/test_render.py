@@ -1,6 +1,7 @@
 """Span and tuple rendering: escaping, overlaps, long texts, offsets from a misbehaving model."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 from contracts.domain import Result, Span
@@ -20,28 +21,46 @@ def test_script_in_text_and_type_names_never_appears_unescaped():
     assert '&quot;&gt;&lt;b onmouseover' in html
 
 
-def test_each_span_is_highlighted_and_followed_by_its_type():
+def test_each_span_is_underlined_with_its_type_whole_at_its_start():
     text = "Alice met Bob in Paris."
     spans = [Span("person", "Alice", (0, 5)), Span("place", "Paris", (17, 22))]
     html = render.spans_html(text, spans)
     assert ">Alice</mark>" in html and ">Paris</mark>" in html
-    assert html.index(">Alice</mark>") < html.index(">person</span>") < html.index(">Paris</mark>")
+    assert html.index(">person</span>") < html.index(">Alice</mark>") < html.index(">place</span>") \
+        < html.index(">Paris</mark>")
+    chip = html[html.rindex("<span", 0, html.index(">person</span>")):html.index(">person</span>")]
+    assert "white-space:nowrap" in chip and "display:inline-block" in chip     # never broken across lines
     assert " met Bob in " in html
 
 
-def test_overlapping_spans_nest_with_the_inner_colour_and_both_labels():
+def bars(mark: str) -> list[tuple[str, str]]:
+    """(colour, vertical position) of each underline bar in a drawn segment."""
+    images = re.search(r"background-image:([^;]*);", mark).group(1)
+    positions = re.search(r"background-position:([^;]*);", mark).group(1)
+    return list(zip(re.findall(r"linear-gradient\((#[0-9a-f]{6}),", images), positions.split(",")))
+
+
+def test_nested_spans_are_stacked_underlines_each_on_its_own_level():
     text = "New York City"
     outer, inner = Span("city", text, (0, 13)), Span("state", "New York", (0, 8))
     html = render.spans_html(text, [outer, inner])
-    first_mark = html[html.index("<mark"):html.index(">New York</mark>")]
-    assert f"background:{render.type_color('state')}" in first_mark      # the inner span's colour
-    last_mark = html[html.rindex("<mark"):html.index("> City</mark>")]
-    assert f"background:{render.type_color('city')}" in last_mark
+    both = html[html.index("<mark"):html.index(">New York</mark>")]
+    city, state = render.type_color("city", strong=True), render.type_color("state", strong=True)
+    assert sorted(c for c, _ in bars(both)) == sorted([city, state])
+    assert len({position for _, position in bars(both)}) == 2                   # two levels, not one bar
+    only_city = html[html.rindex("<mark"):html.index("> City</mark>")]
+    assert bars(only_city) == [(city, dict(bars(both))[city])]                  # the outer bar keeps its level
     assert html.count(">city</span>") == 1 and html.count(">state</span>") == 1
-    assert 'title="city: New York City / state: New York"' in html or \
-           'title="state: New York / city: New York City"' in html
+    assert html.index(">city</span>") < html.index(">state</span>") < html.index(">New York</mark>")
+    assert 'title="city: New York City / state: New York"' in html
 
 
+def test_overlapping_spans_take_the_lowest_free_level():
+    spans = sorted([Span("a", "", (0, 5)), Span("b", "", (3, 8)), Span("c", "", (6, 9)), Span("d", "", (1, 2))],
+                   key=lambda s: (s.offset[0], -s.offset[1]))
+    levels = render.span_levels(spans)
+    # in order a (0-5), d (1-2), b (3-8), c (6-9): d and b share level 1, c fits under a's level once a ends
+    assert [levels[i] for i in range(4)] == [0, 1, 1, 0]
 def test_long_text_is_drawn_up_to_the_limit_with_a_note():
     text = "a" * 50 + "Alice" + "b" * 100
     spans = [Span("person", "Alice", (50, 55)), Span("late", "b", (120, 121)), Span("cut", "aAl", (48, 52))]

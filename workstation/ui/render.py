@@ -52,10 +52,10 @@ def text_pages(text: str, size: int = PAGE_CHARS) -> list[tuple[int, int]]:
     return pages or [(0, 0)]
 
 
-def type_color(type_name: str) -> str:
-    """A light, readable background colour, stable for a type name."""
+def type_color(type_name: str, strong: bool = False) -> str:
+    """A light, readable background colour, stable for a type name; `strong`: the same hue, darker (bars)."""
     h = int.from_bytes(hashlib.sha1(type_name.encode("utf-8")).digest()[:2], "big") / 65535
-    r, g, b = colorsys.hls_to_rgb(h, 0.82, 0.75)
+    r, g, b = colorsys.hls_to_rgb(h, 0.45 if strong else 0.82, 0.75)
     return f"#{int(r * 255):02x}{int(g * 255):02x}{int(b * 255):02x}"
 
 
@@ -82,50 +82,86 @@ def ungrounded(result: Result) -> list[Span]:
 UNREAD_STYLE = "color:#8a8f98;background:#eceef1;text-decoration:line-through;text-decoration-color:#c3c7cd"
 
 
+BAR_PX, BAR_GAP_PX = 3, 2         # one level of underline: a bar and the gap above it
+
+
+def span_levels(spans: list[Span]) -> dict[int, int]:
+    """Each span's underline level (index in `spans`, sorted by start): the lowest level free of every span
+    it overlaps, as displaCy's span style stacks them; level 0 sits right under the text."""
+    ends: list[int] = []                # per level, where its last span ends
+    levels: dict[int, int] = {}
+    for i, s in enumerate(spans):
+        level = next((k for k, e in enumerate(ends) if e <= s.offset[0]), len(ends))
+        if level == len(ends):
+            ends.append(0)
+        ends[level] = s.offset[1]
+        levels[i] = level
+    return levels
+
+
 def spans_html(text: str, spans: Iterable[Span], limit: int = MAX_DRAWN_CHARS, start: int = 0,
                note: bool = True, unread: Iterable[tuple[int, int]] = ()) -> str:
-    """The text from `start` (at most `limit` characters) with spans highlighted, the type after each
-    span. Overlaps nest; offsets are clamped to the window, so a span crossing its edge is drawn in part.
-    `unread`: character ranges the model did not read (domain.unread), drawn greyed out.
+    """The text from `start` (at most `limit` characters) with each span underlined by a bar of its type's
+    colour on a level of its own, its type whole at its start (displaCy's span style), so nested and
+    overlapping spans stay readable. Offsets are clamped to the window, so a span crossing its edge is drawn
+    in part. `unread`: character ranges the model did not read (domain.unread), drawn greyed out.
 
-    The text is cut into segments at every span and unread boundary; a segment takes the colour of the
-    innermost span covering it, and a span's type label follows its last segment.
+    The text is cut into segments at every span and unread boundary; a segment carries one bar per span
+    covering it. The bars are backgrounds of an inline element cloned per line fragment, so a span that
+    wraps keeps its bars on both lines.
     """
     start = max(0, min(start, len(text)))
     shown = text[start:start + limit]
     n = len(shown)
-    spans = sorted((Span(s.type, s.span, (max(s.offset[0] - start, 0), s.offset[1] - start), s.confidence,
+    spans = sorted((Span(s.type, s.span, (max(s.offset[0] - start, 0), min(s.offset[1] - start, n)), s.confidence,
                          s.grounded)
                     for s in spans if s.offset is not None and 0 <= s.offset[0] < s.offset[1]
-                    and s.offset[1] > start and s.offset[0] < start + n), key=lambda s: s.offset[0])
+                    and s.offset[1] > start and s.offset[0] < start + n),
+                   key=lambda s: (s.offset[0], -s.offset[1], s.type))
+    levels = span_levels(spans)
+    depth = max(levels.values(), default=-1) + 1
     unread = [(max(0, u - start), min(v - start, n)) for u, v in unread if max(0, u - start) < min(v - start, n)]
-    ends: dict[int, list[Span]] = {}
-    for s in spans:                     # a span running past the drawn text is labelled at its edge
-        ends.setdefault(min(s.offset[1], n), []).append(s)
-    cuts = sorted({0, n} | {min(p, n) for s in spans for p in s.offset} | {p for r in unread for p in r})
-    parts = ['<div class="iew-text" style="white-space:pre-wrap;line-height:2.1;font-size:1.02rem">']
-    active: list[Span] = []
-    pending = 0
+    starts: dict[int, list[int]] = {}
+    for i, s in enumerate(spans):
+        starts.setdefault(s.offset[0], []).append(i)
+    cuts = sorted({0, n} | {p for s in spans for p in s.offset} | {p for r in unread for p in r})
+    step = BAR_PX + BAR_GAP_PX
+    parts = [f'<div class="iew-text" style="white-space:pre-wrap;line-height:calc(2em + {depth * step}px);'
+             f'font-size:1.02rem">']
+    active: list[int] = []
     for a, b in zip(cuts, cuts[1:]):    # sweep: active = spans covering [a, b)
-        while pending < len(spans) and spans[pending].offset[0] <= a:
-            active.append(spans[pending])
-            pending += 1
-        active = [s for s in active if s.offset[1] > a]
+        for i in starts.get(a, ()):
+            active.append(i)
+            parts.append(_label_chip(spans[i].type, start_of_span=True))
+        active = [i for i in active if spans[i].offset[1] > a]
         segment = escape(shown[a:b])
         if active:
-            inner = min(active, key=lambda s: s.offset[1] - s.offset[0])
-            title = escape(" / ".join(f"{s.type}: {s.span}" for s in active[:8]), quote=True)
-            segment = (f'<mark title="{title}" style="background:{type_color(inner.type)};'
-                       f'padding:0.1em 0.15em;border-radius:0.25em">{segment}</mark>')
+            segment = _underlined(segment, [spans[i] for i in active], [levels[i] for i in active], depth)
         if any(u <= a and b <= v for u, v in unread):
             segment = f'<span class="iew-unread" title="not read by the model" style="{UNREAD_STYLE}">{segment}</span>'
         parts.append(segment)
-        parts.extend(_label_chip(s.type) for s in ends.get(b, ()))
     parts.append("</div>")
     if note and start == 0 and len(text) > limit:
         parts.append(f'<p style="opacity:0.7"><em>Showing the first {limit:,} of {len(text):,} characters; '
                      f"the table lists every span.</em></p>")
     return "".join(parts)
+
+
+def _underlined(segment: str, spans: list[Span], levels: list[int], depth: int) -> str:
+    """A piece of text under one or more spans: a bar per span at its level, a light fill of the innermost."""
+    step = BAR_PX + BAR_GAP_PX
+    inner = min(spans, key=lambda s: s.offset[1] - s.offset[0])
+    bars = [(type_color(s.type, strong=True), level) for s, level in zip(spans, levels)]
+    images = ",".join(f"linear-gradient({c},{c})" for c, _ in bars)
+    sizes = ",".join(f"100% {BAR_PX}px" for _ in bars)
+    positions = ",".join(f"0 calc(100% - {(depth - 1 - level) * step}px)" for _, level in bars)
+    title = escape(" / ".join(f"{s.type}: {s.span}" for s in spans[:8]), quote=True)
+    levels_attr = " ".join(str(level) for level in levels)
+    return (f'<mark class="iew-span" data-levels="{levels_attr}" title="{title}" '
+            f'style="color:inherit;background-color:{type_color(inner.type)}66;background-image:{images};'
+            f"background-size:{sizes};background-position:{positions};background-repeat:no-repeat;"
+            f"padding:0 0 {depth * step}px 0;-webkit-box-decoration-break:clone;box-decoration-break:clone\">"
+            f"{segment}</mark>")
 
 
 def coverage_note(text: str, coverage: list[tuple[int, int]] | None) -> str | None:
@@ -140,9 +176,12 @@ def coverage_note(text: str, coverage: list[tuple[int, int]] | None) -> str | No
             f"the greyed, struck-through part was not read.")
 
 
-def _label_chip(type_name: str) -> str:
-    return (f'<span style="background:{type_color(type_name)};font-size:0.72em;font-weight:600;'
-            f'padding:0.05em 0.35em;margin:0 0.2em;border-radius:0.3em;vertical-align:middle">'
+def _label_chip(type_name: str, start_of_span: bool = False) -> str:
+    """A type's name as one unbreakable chip (inline-block, no wrapping: never split across lines)."""
+    where = ' class="iew-label"' if start_of_span else ""
+    lift = "vertical-align:0.45em;margin:0 0.1em 0 0.15em" if start_of_span else "vertical-align:middle;margin:0 0.2em"
+    return (f'<span{where} style="display:inline-block;white-space:nowrap;background:{type_color(type_name)};'
+            f"font-size:0.72em;font-weight:600;line-height:1.35;padding:0 0.35em;border-radius:0.3em;{lift}\">"
             f"{escape(type_name)}</span>")
 
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from contracts.domain import Document, InputError
 from contracts.model import ModelFamily, TaskPreset
@@ -84,18 +85,35 @@ def run_only(request: RunRequest, documents: Sequence[Document]) -> tuple[engine
     before it borrows the model (a bad schema costs no load and no GPU time), then holds the model's lock
     for the run; the chosen optimizations that do not apply to the model are skipped."""
     key, weights, dtype, batch_size = target(request)
-    report = engine.run(lambda: state.model_shelf().borrow(key), documents, batch_size,
-                        family=engine.family(request.model), optimizations=request.optimizations,
-                        only_applicable=True, configured_dtype=dtype, thresholds=dict(request.thresholds) or None,
-                        **dict(request.options))
-    return report, weights, dtype
+    return _run(state.model_shelf(), request, documents, key, dtype, batch_size), weights, dtype
+
+
+def _run(shelf: ModelShelf, request: RunRequest, documents: Sequence[Document], key: tuple, dtype: str,
+         batch_size: int, **watch) -> engine.RunReport:
+    return engine.run(lambda: shelf.borrow(key), documents, batch_size,
+                      family=engine.family(request.model), optimizations=request.optimizations,
+                      only_applicable=True, configured_dtype=dtype, thresholds=dict(request.thresholds) or None,
+                      **watch, **dict(request.options))
 
 
 def run_and_record(request: RunRequest, documents: Sequence[Document], source: str = "ui") -> int:
     """Validate, run under the model's lock, record. Raises InputError/WeightsError for the page to show."""
-    report, weights, dtype = run_only(request, documents)
-    return state.store().record_run(report, list(documents), source, task=request.task,
-                                    settings_snapshot=request.snapshot(weights, dtype))
+    return recorded_run(request, documents, source)(None, None)
+
+
+def recorded_run(request: RunRequest, documents: Sequence[Document], source: str = "ui"
+                 ) -> Callable[[threading.Event | None, Callable | None], int]:
+    """What the page's session decides (weights, device, the store) resolved now; the run itself left to a
+    call `work(cancel, on_clock) -> run id`, which may happen on another thread (the Extract page's
+    background run: a thread has no session to read)."""
+    key, weights, dtype, batch_size = target(request)
+    shelf, store = state.model_shelf(), state.store()
+
+    def work(cancel: threading.Event | None, on_clock: Callable | None) -> int:
+        report = _run(shelf, request, documents, key, dtype, batch_size, cancel=cancel, on_clock=on_clock)
+        return store.record_run(report, list(documents), source, task=request.task,
+                                settings_snapshot=request.snapshot(weights, dtype))
+    return work
 
 
 def rerun(detail) -> tuple[str, int]:
