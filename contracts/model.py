@@ -12,6 +12,16 @@ from contracts.stages import IDLE, StageClock
 
 
 @dataclass(frozen=True)
+class OfficialWeights:
+    """Where a model's official checkpoint is published, pinned: what `launcher.py weights fetch` downloads."""
+
+    hub: str                      # "huggingface" | "modelscope": the hub whose own client fetches it
+    repo_id: str
+    revision: str                 # a commit or a tag; never a moving branch, so a fetch is reproducible
+    files: tuple[str, ...]        # the files the loader reads (the rest of a repo, code and images, is not fetched)
+
+
+@dataclass(frozen=True)
 class TaskPreset:
     """A task a model supports, with an example the UI can fill in."""
 
@@ -134,6 +144,7 @@ class ModelFamily(ABC):
     # contracts.batching.auto_batch_size reads it. Empty: "auto" is the contract's default batch.
     batch_table: dict[str, tuple[tuple[float, int], ...]] = {}
     option_choices: dict[str, tuple] = {}  # options that take one of a few values: the UI offers a choice
+    official: OfficialWeights | None = None   # the published checkpoint, when there is one to fetch
 
     @abstractmethod
     def validate(self, document: Document) -> None:
@@ -164,6 +175,15 @@ class ModelFamily(ABC):
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> LoadedModel:
         """Load the official checkpoint layout strictly; raise WeightsError with an actionable message."""
 
+    def check_weights(self, weights: Path) -> str:
+        """Check a checkpoint directory as `load` would read it (every tensor present with its shape, the
+        tokenizer and its special tokens) without putting it on a device; return a one-line description
+        of what was found, or raise WeightsError naming what is wrong. Families override this with a
+        lighter check; this default loads on the CPU."""
+        model = self.load(Path(weights), "cpu")
+        del model
+        return f"{self.name} checkpoint loads"
+
     def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path | None:
         """Write random-weight checkpoints of the real architecture ("full" or "tiny") and return the dir.
         Optional: a model with no demo weights returns None, and the host then needs real weights."""
@@ -179,5 +199,5 @@ class ModelFamily(ABC):
 
 
 DEMO_MARKER = "RANDOM_DEMO_WEIGHTS.txt"
-DEMO_NOTICE = ("RANDOM DEMO WEIGHTS: outputs are meaningless. Set the weight path in settings.toml "
-               "to the official checkpoint directory.")
+DEMO_NOTICE = ("RANDOM DEMO WEIGHTS: outputs are meaningless. Get the official weights with "
+               "`python3 launcher.py weights fetch all` (or the Model weights page).")

@@ -16,6 +16,7 @@ from contracts.stages import describe as describe_stages
 from workstation import engine, plugins
 from workstation.recording import History
 from workstation.settings import ROOT, load_settings
+from workstation.weights import command as weights_command
 
 
 def batch_size_arg(value: str) -> int | str:
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("finetune", help="fine-tune a model on gold examples")
     f.add_argument("finetune_args", nargs=argparse.REMAINDER)
+    weights_command.add_parser(sub)
     return p
 
 
@@ -122,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             return demo_weights(args)
         if command == "finetune":
             return finetune(args.finetune_args)
+        if command == "weights":
+            return weights_command.run(args)
     except (InputError, WeightsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if isinstance(e, InputError) else 1

@@ -39,6 +39,17 @@ class ApiSettings:
 
 
 @dataclass
+class WeightsSettings:
+    """[weights] in settings.toml: where `launcher.py weights fetch` puts official checkpoints and which hub
+    servers it asks (a mirror behind a firewall). The environment wins over the file: HF_ENDPOINT, and
+    MODELSCOPE_ENDPOINT or its older name MODELSCOPE_DOMAIN."""
+
+    dir: str = ""                    # "" = weights/ beside the history database
+    huggingface_endpoint: str = ""   # "" = the client's default (https://huggingface.co)
+    modelscope_endpoint: str = ""    # "" = the client's default (https://modelscope.cn)
+
+
+@dataclass
 class Settings:
     models: dict[str, ModelSettings] = field(default_factory=dict)
     optimizations: list[str] = field(default_factory=list)
@@ -53,6 +64,8 @@ class Settings:
     # Folders whose files Batch may read by path ("A file on this machine"); [] = uploads only.
     input_folders: list[str] = field(default_factory=list)
     api: ApiSettings = field(default_factory=ApiSettings)
+    weights: WeightsSettings = field(default_factory=WeightsSettings)
+    source: Path | None = None             # the settings.toml these came from
 
     def path(self, relative: str) -> Path:
         p = Path(relative).expanduser()
@@ -103,4 +116,11 @@ def load_settings(path: Path | None = None) -> Settings:
     api = data.get("api", {})
     s.api = ApiSettings(**{k: v for k, v in api.items() if k in ApiSettings.__dataclass_fields__})
     s.api.token = os.environ.get("IEW_API_TOKEN", s.api.token)
+    weights = data.get("weights", {})
+    unknown = sorted(set(weights) - set(WeightsSettings.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"{path}: [weights] has no setting {unknown[0]!r}; known: "
+                         + ", ".join(WeightsSettings.__dataclass_fields__))
+    s.weights = WeightsSettings(**{k: str(v) for k, v in weights.items()})
+    s.source = path
     return s

@@ -8,7 +8,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from contracts.domain import Document, InputError, Result
-from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
 from contracts.precision import MasterWeights
 from plugins.rexuninlu import demo, loading
@@ -70,6 +70,11 @@ class RexUniNLU(ModelFamily):
     batch_table = {"fp32": ((8, 64), (12, 96), (16, 128), (24, 224), (48, 480), (80, 768)),
                    "bf16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024)),
                    "fp16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024))}
+    # ModelScope tag v1.2.2 (2025-09-02, commit d4c0e039 of the model repo's git history); master adds only a
+    # README edit on top. The weights file is the same from v1.2.0 on (docs/models/rexuninlu.md, "Official weights").
+    official = OfficialWeights("modelscope", "iic/nlp_deberta_rex-uninlu_chinese-base", "v1.2.2",
+                               ("config.json", "configuration.json", "vocab.txt", "tokenizer_config.json",
+                                "special_tokens_map.json", "pytorch_model.bin", "README.md"))
 
     def validate(self, document: Document) -> None:
         validate_text(document.text, document.line)
@@ -87,6 +92,9 @@ class RexUniNLU(ModelFamily):
         model = LoadedRex(self, Path(weights), device, loading.load_tokenizer(Path(weights)), network.to(device))
         model.set_dtype(dtype)
         return model
+
+    def check_weights(self, weights: Path) -> str:
+        return loading.check_checkpoint(Path(weights))
 
     def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
         return demo.write(Path(out_dir), size)

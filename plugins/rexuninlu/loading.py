@@ -25,7 +25,11 @@ def read_config(weights: Path) -> RexConfig:
     missing = [f for f in REQUIRED_FILES if not (weights / f).is_file()]
     if not weights.is_dir():
         raise WeightsError(f"weights directory {weights} does not exist; set models.rexuninlu.weights in "
-                           "settings.toml or run `python3 launcher.py demo-weights`")
+                           "settings.toml or run `python3 launcher.py weights fetch rexuninlu`")
+    other = _other_architecture(weights / "config.json")
+    if other:
+        raise WeightsError(f"{weights} holds a {other!r} model (config.json model_type), not RexUniNLU's "
+                           "'deberta-v2': is this another model's checkpoint?")
     if missing:
         raise WeightsError(f"{weights} is not a RexUniNLU checkpoint: missing {', '.join(missing)}")
     try:
@@ -39,6 +43,16 @@ def read_config(weights: Path) -> RexConfig:
         raise WeightsError(f"config.json vocab_size={config.vocab_size} but vocab.txt has {vocab_lines} lines; "
                            "the prompt tokens are numbered after the vocabulary, so these must agree")
     return config
+
+
+def _other_architecture(config: Path) -> str | None:
+    """The model_type of a readable config.json that is not DeBERTa-v2 (checked before the files, so a
+    folder of another model is named as such rather than as one missing vocab.txt)."""
+    try:
+        model_type = json.loads(config.read_text("utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return model_type if isinstance(model_type, str) and model_type != "deberta-v2" else None
 
 
 def load_tokenizer(weights: Path):
@@ -63,3 +77,26 @@ def load_model(weights: Path) -> tuple[RexModel, RexConfig]:
                   ignored=BENIGN_EXTRA_KEYS)
     model.load_state_dict({k: state[k].float() for k in expected}, strict=True)
     return model.eval(), config
+
+
+# The reference's WordPiece ids for the tokens prompting builds on (docs/models/rexuninlu.md §1.1).
+SPECIAL_IDS = {"[PAD]": 0, "[CLS]": 1, "[SEP]": 2, "[UNK]": 3, "[MASK]": 4}
+
+
+def check_checkpoint(weights: Path) -> str:
+    """What `load_model` and `load_tokenizer` would refuse, found without building the network in memory:
+    the architecture, the vocabulary and its special tokens, every tensor and its shape."""
+    import torch
+    config = read_config(weights)
+    tok = load_tokenizer(weights)
+    found = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL_IDS}
+    wrong = [f"{t} is id {found[t]} (expected {i})" for t, i in SPECIAL_IDS.items() if found[t] != i]
+    if wrong:
+        raise WeightsError(f"{weights / 'vocab.txt'}: {'; '.join(wrong)}; this is not RexUniNLU's vocabulary")
+    state = read_state_dict(weights, WEIGHT_FILES)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in RexModel(config).state_dict().items()}
+    check_tensors(weights, state, expected, "RexUniNLU architecture", ignored=BENIGN_EXTRA_KEYS)
+    params = sum(state[k].numel() for k in expected)
+    return (f"RexUniNLU (DeBERTa-v2): {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
+            f"vocabulary {config.vocab_size:,} + {len(PROMPT_TOKENS)} prompt tokens, {params:,} parameters")

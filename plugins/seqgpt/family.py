@@ -7,7 +7,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from contracts.domain import Document, InputError, Result
-from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, TaskPreset
+from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
 from contracts.precision import MasterWeights
 from plugins.seqgpt import demo, flash, loading, prompting, windows
@@ -55,6 +55,11 @@ class SeqGPT(ModelFamily):
     batch_table = {"fp32": ((8, 2), (12, 4), (16, 6), (24, 10), (48, 24), (80, 40)),
                    "bf16": ((8, 4), (12, 8), (16, 12), (24, 20), (48, 48), (80, 80)),
                    "fp16": ((8, 4), (12, 8), (16, 12), (24, 20), (48, 48), (80, 80))}
+    # A commit of the Hugging Face repo holding the weights as uploaded on 2023-08-25; main (9de1eb8) differs
+    # from it only in README.md (docs/models/seqgpt.md, "Official weights").
+    official = OfficialWeights("huggingface", "DAMO-NLP/SeqGPT-560M", "8126bf774489678b427f11cc57b2c1af1e61bd83",
+                               ("config.json", "generation_config.json", "pytorch_model.bin", "tokenizer.json",
+                                "tokenizer_config.json", "special_tokens_map.json", "README.md"))
 
     def validate(self, document: Document) -> None:
         prompting.validate(document)
@@ -72,6 +77,9 @@ class SeqGPT(ModelFamily):
         model = LoadedSeqGPT(self, weights, device, network, tokenizer, loading.read_special_tokens(weights))
         model.set_dtype(dtype)
         return model
+
+    def check_weights(self, weights: Path) -> str:
+        return loading.check_checkpoint(Path(weights))
 
     def write_demo_weights(self, out_dir: Path, size: str = "full") -> Path:
         return demo.write(Path(out_dir), size)

@@ -95,3 +95,27 @@ def load_tokenizer(weights: Path):
     tokenizer.padding_side = "left"
     tokenizer.truncation_side = "left"
     return tokenizer
+
+
+def check_checkpoint(weights: Path) -> str:
+    """What `load_network` and `load_tokenizer` would refuse, found without building the network in memory:
+    the architecture, the tokenizer against the embedding and the special tokens, every tensor and its shape."""
+    config = read_config(weights)
+    tokenizer = load_tokenizer(weights)
+    if len(tokenizer) > config.vocab_size:
+        raise WeightsError(f"{weights}: the tokenizer has {len(tokenizer):,} tokens but config.json's vocab_size is "
+                           f"{config.vocab_size:,}; tokenizer.json belongs to another model")
+    special = read_special_tokens(weights)
+    for name, wanted in (("eos", special.eos), ("pad", special.pad)):
+        got = getattr(tokenizer, f"{name}_token_id")
+        if got != wanted:
+            raise WeightsError(f"{weights}: the tokenizer's {name} token is id {got}, config.json says {wanted}")
+    state = {k.removeprefix("transformer."): v for k, v in read_state_dict(weights, WEIGHT_FILES).items()}
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in Bloom(config).state_dict().items()}
+    check_tensors(weights, state, expected, "BLOOM configuration")
+    params = sum(state[k].numel() for k in expected)
+    return (f"SeqGPT (BLOOM): {config.n_layer} layers, hidden {config.hidden_size}, tokenizer {len(tokenizer):,} "
+            f"tokens, {params:,} parameters")
