@@ -48,6 +48,10 @@ TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
 CANCELLED_EXIT = 130
 
 
+class Diverged(Exception):
+    """The loss or the weights stopped being finite numbers: the run stops and writes nothing more."""
+
+
 def _names(value: str) -> list[str]:
     """One --optimizations word: names separated by commas, as `extract` takes them; "none" is none."""
     return [n for n in (x.strip() for x in value.split(",")) if n and n != "none"]
@@ -175,6 +179,61 @@ RUN_SHAPE = ("model", "train", "epochs", "batch_size", "grad_accum", "lr", "warm
 
 def run_shape(args) -> dict:
     return {k: str(getattr(args, k)) for k in RUN_SHAPE}
+
+
+# Written into OUTPUT before anything else: the folder holds this run, and only a run like it may --resume there.
+RUN_FILE = "finetune-run.json"
+
+
+def _owner(output: Path) -> dict | None:
+    """Who wrote OUTPUT: its run file, else (a folder of an older version) the newest checkpoint's run shape."""
+    try:
+        return json.loads((output / RUN_FILE).read_text("utf-8"))
+    except FileNotFoundError:
+        pass
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"{output / RUN_FILE} is not readable JSON ({e}); choose a new --output") from None
+    ck = last_checkpoint(output)
+    if ck is None:
+        return None
+    return {"run": torch.load(ck / "state.pt", map_location="cpu", weights_only=True).get("run", {})}
+
+
+def check_output(args) -> None:
+    """Refuse an OUTPUT that holds anything but this run, before a byte is written there: a new run needs an
+    empty (or new) folder, and --resume continues only a run of the same model and shape."""
+    out = args.output
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--output {out} is a file; give a directory for the checkpoint")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not args.resume:
+        raise InputError(f"--output {out} is not empty: choose a new directory (or --resume the run that wrote it)")
+    owner = _owner(out)
+    if owner is None:
+        raise InputError(f"cannot --resume in {out}: it holds no fine-tuning run (no {RUN_FILE}, no checkpoints); "
+                         "choose a new --output")
+    run, shape = owner.get("run", {}), run_shape(args)
+    if run.get("model", args.model) != args.model:
+        raise InputError(f"cannot --resume in {out}: it holds a {run['model']} run, not {args.model}; "
+                         "choose a new --output")
+    changed = [k for k in RUN_SHAPE if run.get(k, shape[k]) != shape[k]]
+    if "weights" in owner and owner["weights"] != str(Path(args.weights).resolve()):
+        changed.insert(1, "weights")
+    if changed:
+        raise InputError(f"cannot resume in {out}: {', '.join('--' + k.replace('_', '-') for k in changed)} "
+                         "differ from the run that wrote it; use the same values or a new --output")
+
+
+def claim_output(args) -> None:
+    """Create OUTPUT and record whose run it holds (kept as it is on --resume)."""
+    args.output.mkdir(parents=True, exist_ok=True)
+    marker = args.output / RUN_FILE
+    if not marker.exists():
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"model": args.model, "weights": str(Path(args.weights).resolve()),
+                                   "run": run_shape(args)}, ensure_ascii=False, indent=2), "utf-8")
+        tmp.replace(marker)
 
 
 def checkpoints(output: Path) -> list[Path]:
@@ -322,7 +381,12 @@ def train(training, examples: Sequence, args, device: str, events: TrainingEvent
                 slices *= 2
                 log(f"out of GPU memory at step {step + 1}: micro-batches of {args.batch_size} examples now run "
                     f"in slices of {math.ceil(args.batch_size / slices)} (the same gradient, more passes)")
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            norm = float(torch.nn.utils.clip_grad_norm_(params, 1.0))
+            if not (math.isfinite(step_loss) and math.isfinite(norm)):
+                # Stopped before the update: one more step would spread NaN through every weight.
+                what = f"the loss became {step_loss}" if not math.isfinite(step_loss) else f"the gradient norm became {norm}"
+                raise Diverged(f"training diverged at step {step + 1}: {what} (a smaller --lr may help); "
+                               "no weights were written from this step on")
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -368,6 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with StopRequest() as stop:
         try:
             return run(args, events, stop)
+        except Diverged as e:
+            events.done("failed", args.output, str(e))
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         except Cancelled:
             events.done("cancelled", args.output)
             print("cancelled; `--resume` continues from the last checkpoint", file=sys.stderr)
@@ -385,6 +453,13 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
     for name, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size), ("--grad-accum", args.grad_accum)):
         if value < 1:
             raise InputError(f"{name} must be at least 1, got {value}")
+    # Above 1, AdamW's first update alone dwarfs every weight (and a huge value overflows its float32 step).
+    if not 0 < args.lr <= 1:
+        raise InputError(f"--lr must be a positive number up to 1 (the default is 2e-5), got {args.lr}")
+    if not 0 <= args.warmup <= 1:
+        raise InputError(f"--warmup is a share of the steps, from 0 to 1, got {args.warmup}")
+    if not (math.isfinite(args.weight_decay) and args.weight_decay >= 0):
+        raise InputError(f"--weight-decay must be 0 or a positive number, got {args.weight_decay}")
     if args.save_every < 0:
         raise InputError(f"--save-every must be 0 (off) or a number of steps, got {args.save_every}")
     device = engine.resolve_device(args.device)
@@ -393,6 +468,7 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
         raise InputError("--dtype bf16 needs a CUDA device; on CPU train in fp32")
     if args.output.resolve() == args.weights.resolve():
         raise InputError("--output must differ from --weights; the original checkpoint is kept")
+    check_output(args)
     args.optimizations = [n for item in args.optimizations for n in _names(item)]    # --optimizations a,b c
     refused = [o for o in args.optimizations if o not in TRAINING_OPTIMIZATIONS]
     if refused:
@@ -405,7 +481,7 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
     eval_docs = read_gold(args.eval, family) if args.eval else train_docs
     eval_options = {k: v for k, v in (("num_beams", args.num_beams), ("max_new_tokens", args.max_new_tokens))
                     if v is not None}
-    args.output.mkdir(parents=True, exist_ok=True)
+    claim_output(args)
     resume = load_resume_state(args) if args.resume else None
 
     model = family.load(args.weights, device, "fp32")   # weights stay fp32; bf16 is autocast
