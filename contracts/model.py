@@ -144,6 +144,7 @@ class ModelFamily(ABC):
     # contracts.batching.auto_batch_size reads it. Empty: "auto" is the contract's default batch.
     batch_table: dict[str, tuple[tuple[float, int], ...]] = {}
     option_choices: dict[str, tuple] = {}  # options that take one of a few values: the UI offers a choice
+    option_titles: dict[str, tuple[str, str]] = {}  # option -> (name for people, what it does); else the raw name
     official: OfficialWeights | None = None   # the published checkpoint, when there is one to fetch
 
     @abstractmethod

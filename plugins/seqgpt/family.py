@@ -30,6 +30,14 @@ OPTIONS = {
     "long_text": "truncate",                          # "window" reads all of a long text (windows.py)
 }
 OPTION_CHOICES = {"markers": tuple(prompting.MARKERS), "long_text": windows.MODES}
+OPTION_TITLES = {
+    "num_beams": ("Beam width", "Candidate continuations kept per step; 1 is greedy decoding, faster"),
+    "max_new_tokens": ("Longest answer (tokens)", "Generation stops after this many new tokens per prompt"),
+    "repetition_penalty": ("Repetition penalty", "Above 1.0 discourages repeating tokens; 1.0 is off"),
+    "markers": ("Prompt language", "The prompt's fixed words: zh as the model was trained, or en"),
+    "label_batch": ("Labels per prompt", "Extraction labels asked in one prompt; more labels mean more prompts"),
+    "long_text": ("Long text", "truncate reads the end of a text too long for one prompt; window reads all of it"),
+}
 
 PRESETS = [
     TaskPreset("cls", "Classification", "I want my checking balance.", ["CheckBalance", "TransferMoney"],
@@ -49,6 +57,7 @@ class SeqGPT(ModelFamily):
     reads = Reads.LABELS
     options = OPTIONS
     option_choices = OPTION_CHOICES
+    option_titles = OPTION_TITLES
     # batch_size = "auto": prompts generated at once (each with its beams), the most that ran without a back-off
     # under a memory budget of the card's size less 1.5 GiB, at the default 4 beams and 256 new tokens after a
     # long prompt; measured on an H200 by `bench budget24` (docs/performance.md, §8).

@@ -62,6 +62,8 @@ def ui_env(tmp_path, monkeypatch, fake_plugin):
     weights = fake_plugin.family.write_demo_weights(tmp_path / "fake-weights")
     monkeypatch.setattr(settings, "DEFAULT_PATH", write_settings(tmp_path, weights))
     monkeypatch.setattr(state, "monitor_factory", lambda: FakeMonitor.steady(gpus=2, pid=os.getpid()))
+    from workstation.ui import extraction
+    monkeypatch.setattr(extraction, "wait_s", 60)   # a click on Run shows its result in the same script run
     st.cache_resource.clear()
     yield tmp_path
     st.cache_resource.clear()           # stops the recorder thread, drops the store and the shelf

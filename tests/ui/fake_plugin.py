@@ -4,7 +4,8 @@
 text (so hostile type names end up in spans) and classifies with a fixed confidence when the text
 starts with [CLASSIFY]. `fakegen` reads a task and labels (as SeqGPT does; its presets hold label lists
 only) and writes a raw generation with one grounded and one ungrounded span. A text starting with
-[SLOW] takes 50 ms. With the option read_last=N a model reads only the last N characters (as SeqGPT
+[SLOW] takes 50 ms; one starting with [CRAWL] takes 20 s in 50-ms device steps, one prompt per schema type
+(a SeqGPT run on the CPU, for progress and Cancel). With the option read_last=N a model reads only the last N characters (as SeqGPT
 keeps the end of a long prompt) and reports that coverage, unless long_text is "window".
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ class FakeFamily(ModelFamily):
     tasks = {p.name: p for p in PRESETS}
     options = {"max_hits": 100, "read_last": 0, "long_text": "truncate"}
     option_choices = {"long_text": ("truncate", "window")}
+    option_titles = {"max_hits": ("Most hits", "Extractions kept per document")}
 
     def __init__(self) -> None:
         self.loads: list[tuple[str, str, str]] = []
@@ -130,6 +132,14 @@ class FakeModel(LoadedModel):
     def _one(self, doc: Document) -> Result:
         if doc.text.startswith("[SLOW]"):
             time.sleep(0.05)            # long enough for a test to cancel a job in flight
+        if doc.text.startswith("[CRAWL]"):
+            prompts = list(doc.schema or doc.labels or [])
+            self.clock.count(planned=len(prompts))
+            for step in range(400):
+                with self.clock.device():           # where a cancel takes effect
+                    time.sleep(0.05)
+                if (step + 1) % (400 // max(1, len(prompts))) == 0:
+                    self.clock.count(done=1, tokens=7)
         if doc.labels:
             first = doc.text.split()[0] if doc.text.split() else ""
             raw = f"{doc.labels[0]}: {first}\n{doc.labels[-1]}: Atlantis"

@@ -135,3 +135,87 @@ def test_a_validator_that_crashes_is_reported_not_raised(app, fake_plugin, monke
     assert not at.exception
     assert any("cannot be checked: TypeError" in e.value for e in at.error)
     assert button(at, "Run").disabled
+
+
+def test_typed_text_survives_task_and_model_switches_and_each_keeps_its_own_schema(app):
+    mine = "Carol met Alice in Rome."
+    at = app.run()
+    at.text_area(key="schema:fakeie").input('{"Carol": null}')
+    at.text_area(key="text:fakeie").input(mine).run()
+    at.selectbox(key="task:fakeie").select("relation").run()
+    assert at.text_area(key="text:fakeie").value == mine                      # not the preset's example
+    assert json.loads(at.text_area(key="schema:fakeie").value) == {"Alice": {"employer(Acme)": None}}
+    at.selectbox(key="model").select("fakegen").run()
+    assert at.text_area(key="text:fakegen").value == mine
+    assert json.loads(at.text_area(key="schema:fakegen").value) == ["person", "place"]
+    at.selectbox(key="model").select("fakeie").run()
+    at.selectbox(key="task:fakeie").select("ner").run()
+    assert at.text_area(key="text:fakeie").value == mine
+    assert json.loads(at.text_area(key="schema:fakeie").value) == {"Carol": None}   # this model and task's edit
+
+
+def test_a_result_is_marked_stale_once_the_form_changes(app):
+    at = app.run()
+    button(at, "Run").click().run()
+    assert not any("press Run to update" in w.value for w in at.warning)
+    at.text_area(key="text:fakeie").input("Alice alone.").run()
+    stale = [w.value for w in at.warning if "press Run to update" in w.value]
+    assert stale and "the text" in stale[0] and "schema" not in stale[0]
+    button(at, "Run").click().run()
+    assert not any("press Run to update" in w.value for w in at.warning)
+
+
+def test_the_demo_warning_is_shown_once_with_a_result(app):
+    at = app.run()
+    button(at, "Run").click().run()
+    assert sum(DEMO_NOTICE in w.value for w in at.warning) == 1
+
+
+def test_a_label_model_calls_its_box_labels_and_options_have_human_names(app):
+    app.session_state["model"] = "fakegen"
+    at = app.run()
+    assert at.text_area(key="schema:fakegen").label == "Labels (JSON list)"
+    assert at.number_input(key="extract:fakegen:max_hits").label == "Most hits"
+    assert "max_hits" in at.number_input(key="extract:fakegen:max_hits").help
+    assert any(c.value.startswith("Device: cpu") for c in at.caption)
+
+
+def test_counts_per_type_head_the_table_and_filter_it_by_type(app):
+    at = app.run()
+    at.text_area(key="text:fakeie").input("Alice and Alice met in Paris.").run()
+    button(at, "Run").click().run()
+    assert any("iew-count" in h.value and ">Alice</span>2" in h.value and ">Paris</span>1" in h.value
+               for h in at.get("html"))
+    table = next(d for d in at.dataframe if "tuple" in d.value.columns)
+    assert len(table.value) == 3
+    at.multiselect(key="types-extract").set_value(["Paris"]).run()
+    table = next(d for d in at.dataframe if "tuple" in d.value.columns)
+    assert list(table.value["tuple"]) == ["Paris: Paris"]
+    assert any("1 of 3 shown" in c.value for c in at.caption)
+
+
+def test_a_slow_run_shows_progress_and_cancel_stops_it_without_recording(app, monkeypatch):
+    import time
+
+    from workstation.ui import extraction
+    monkeypatch.setattr(extraction, "wait_s", 0.0)
+    at = app.run()
+    at.text_area(key="text:fakeie").input("[CRAWL] Alice met Bob in Paris.").run()
+    button(at, "Run").click().run()
+    job = at.session_state["extract:running"]
+    assert not job.done
+    assert any("Running fakeie" in m.value for m in at.markdown)
+    time.sleep(0.3)
+    at.run()                                                # the fragment redraws what the model has done
+    line = next(c.value for c in at.caption if "model step" in c.value)
+    assert "prompts" in line and " s · " in line
+    button(at, "Cancel").click().run()
+    assert job.cancel.is_set()
+    deadline = time.monotonic() + 10
+    while not job.done and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.cancelled and job.elapsed() < 10            # stopped long before its 20 s
+    at.run()
+    assert any("Cancelled after" in i.value for i in at.info)
+    assert state.store().count_runs() == 0
+    assert "extract_run_id" not in at.session_state

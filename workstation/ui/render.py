@@ -185,6 +185,25 @@ def _label_chip(type_name: str, start_of_span: bool = False) -> str:
             f"{escape(type_name)}</span>")
 
 
+def type_counts(result: Result) -> dict[str, int]:
+    """Spans per type over every extraction of a result, most first (ties by name)."""
+    counts: dict[str, int] = {}
+    for tup in result.tuples:
+        for s in tup:
+            counts[s.type] = counts.get(s.type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def counts_html(counts: dict[str, int]) -> str:
+    """Each type's chip with its count: `person 3  place 1`."""
+    return " ".join(f'<span class="iew-count">{_label_chip(t)}{n:,}</span>' for t, n in counts.items())
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """`1 span`, `3 spans`, `0 spans`; `nouns` for an irregular plural."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def legend_html(type_names: Iterable[str]) -> str:
     return " ".join(_label_chip(t) for t in sorted(set(type_names)))
 

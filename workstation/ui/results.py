@@ -12,6 +12,7 @@ from contracts.stages import describe as describe_stages
 from workstation.ui import comparison, render
 
 MAX_DOCS_LISTED = 1_000
+GENERATED_HEIGHT_PX = 320
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -28,8 +29,9 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def run_numbers(summary) -> None:
-    """Wall time, tokens, peak GPU memory, device, precision and active optimizations of one run."""
+def run_numbers(summary, demo_notice: bool = True) -> None:
+    """Wall time, tokens, peak GPU memory, device, precision and active optimizations of one run.
+    demo_notice=False where the page already says the weights are the random demo (Extract's banner)."""
     cols = st.columns(5)
     cols[0].metric("Wall time", f"{summary.wall_seconds:.3f} s")
     cols[1].metric("Tokens", f"{summary.tokens:,}")
@@ -43,7 +45,7 @@ def run_numbers(summary) -> None:
                + f" · attention: {render.md_text(summary.attention)} · {summary.documents:,} document(s) · "
                f"model {render.md_text(summary.model)}")
     stage_line(summary)
-    if summary.demo:
+    if summary.demo and demo_notice:
         st.warning(DEMO_NOTICE, icon=":material/warning:")
 
 
@@ -101,8 +103,9 @@ def document_result(doc: Document, result: Result, key: str) -> None:
     if right is not None:
         with right:
             st.markdown("**Generated text** (what the model wrote, per prompt chunk)")
-            for i, chunk in enumerate(result.raw or []):
-                st.code(chunk or "(empty)", language=None, wrap_lines=True)
+            with st.container(height=GENERATED_HEIGHT_PX):      # scrolls: a long generation kept the page 4,000 px tall
+                for i, chunk in enumerate(result.raw or []):
+                    st.code(chunk or "(empty)", language=None, wrap_lines=True)
             missing = render.ungrounded(result)
             if missing:
                 st.warning("Not found in the text (ungrounded): "
@@ -111,18 +114,38 @@ def document_result(doc: Document, result: Result, key: str) -> None:
         st.info(render.md_text(w))
     rows = render.tuple_rows(result)
     if rows:
-        st.markdown("**Tuples**")
-        st.dataframe(with_confidence(pd.DataFrame(rows)), hide_index=True, key=f"tuples-{key}",
-                     column_config={"confidence": st.column_config.NumberColumn(format="%.3f")})
-        if len(result.tuples) > len(rows):
-            st.caption(f"Showing {len(rows):,} of {len(result.tuples):,} tuples; export the run for all.")
+        extractions_table(result, rows, key)
     elif not render.labels(result):
         st.info("Nothing extracted from this text.")
 
 
-def run_view(detail, key: str) -> int | None:
+def extractions_table(result: Result, rows: list[dict], key: str) -> None:
+    """The extractions as a table: how many spans of each type above it, and a filter by type and by lowest
+    confidence (a row is kept when any of its spans is of a chosen type)."""
+    counts = render.type_counts(result)
+    st.markdown(f"**Extractions** ({render.md_text(render.plural(len(result.tuples), 'extraction'))})")
+    st.html(render.counts_html(counts))
+    left, right = st.columns([3, 2])
+    chosen = left.multiselect("Show types", list(counts), default=list(counts), key=f"types-{key}",
+                              placeholder="every type") if len(counts) > 1 else list(counts)
+    confidences = [r["confidence"] for r in rows if r["confidence"] is not None]
+    floor = right.slider("Lowest confidence", 0.0, 1.0, 0.0, 0.05, key=f"conf-{key}",
+                         help="Hide extractions whose lowest span confidence is below this") if confidences else 0.0
+    shown = [r for r, tup in zip(rows, result.tuples)
+             if (not chosen or any(s.type in chosen for s in tup))
+             and (r["confidence"] is None or r["confidence"] >= floor)]
+    if len(shown) < len(rows):
+        st.caption(f"{len(shown):,} of {len(rows):,} shown by the filter")
+    if shown:
+        st.dataframe(with_confidence(pd.DataFrame(shown)), hide_index=True, key=f"tuples-{key}",
+                     column_config={"confidence": st.column_config.NumberColumn(format="%.3f")})
+    if len(result.tuples) > len(rows):
+        st.caption(f"Showing {len(rows):,} of {len(result.tuples):,} extractions; export the run for all.")
+
+
+def run_view(detail, key: str, demo_notice: bool = True) -> int | None:
     """A whole run: numbers, then one document (a picker when the run has several). Returns its position."""
-    run_numbers(detail.summary)
+    run_numbers(detail.summary, demo_notice)
     pairs = detail.items
     if not pairs:
         st.info("This run has no documents.")

@@ -143,6 +143,17 @@ def device_for(name: str) -> str:
     return st.session_state.get("device") or settings().model(name).device
 
 
+def device_plan(device: str) -> str:
+    """What a run on `device` will use, said before it runs ("auto" names its choice)."""
+    import torch
+    if device not in ("", "auto"):
+        return f"Device: {device}"
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        return f"Device: auto → cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return "Device: auto → cpu (PyTorch sees no CUDA GPU)"
+
+
 def device_choices(configured: str) -> list[str]:
     """The configured device first, then auto, the CPU and every visible CUDA GPU."""
     import torch
