@@ -12,11 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks import api, host_memory, memory, rexuninlu, seqgpt, seqgpt_e2e, training
+from benchmarks import api, budget24, host_memory, memory, rexuninlu, seqgpt, seqgpt_e2e, training
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
 BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **seqgpt_e2e.BENCHMARKS, **memory.BENCHMARKS,
-              **training.BENCHMARKS, **api.BENCHMARKS, **host_memory.BENCHMARKS}
+              **training.BENCHMARKS, **api.BENCHMARKS, **host_memory.BENCHMARKS, **budget24.BENCHMARKS}
 
 
 def print_table(result: dict) -> None:
@@ -77,6 +77,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--record", default="on", choices=["on", "off", "both"],
                    help="host-memory: record into a temporary history (on: the CLI's default), --no-record, or both")
     p.add_argument("--host-batch", type=int, default=64, help="host-memory: extract --batch-size")
+    p.add_argument("--time-limit", type=float, default=540, help="budget24: seconds before later sections are skipped")
     args = p.parse_args(argv)
     result = BENCHMARKS[args.benchmark](args)
     if args.out:
