@@ -4,7 +4,8 @@
 so one failing query (not supported on this board, a lost process) yields None instead of a crash,
 the way gpustat's `safenvml` does. Anything shaped like `GpuMonitor` can be sampled instead.
 `GpuRecorder` samples a monitor on a background thread into a bounded history, so the UI can draw
-the last minutes without asking NVML from the script thread.
+the last minutes without asking NVML from the script thread. Every sample also holds the host's CPU and
+memory (psutil), so a machine without a GPU still has a monitor, as nvitop shows both.
 """
 from __future__ import annotations
 
@@ -36,9 +37,31 @@ class GpuSample:
 
 
 @dataclass(frozen=True)
+class HostSample:
+    cpu_percent: float | None = None    # all cores, since the previous sample
+    cpus: int | None = None
+    memory_used: int | None = None      # bytes, the machine's (total less available)
+    memory_total: int | None = None
+    process_rss: int | None = None      # this app's resident memory
+
+
+@dataclass(frozen=True)
 class Snapshot:
     time: float                         # time.time() of the sample
     gpus: tuple[GpuSample, ...]
+    host: HostSample | None = None
+
+
+def sample_host() -> HostSample:
+    """The host's CPU and memory now; None for what psutil cannot read here."""
+    import psutil
+    try:
+        memory = psutil.virtual_memory()
+        rss = psutil.Process().memory_info().rss
+        return HostSample(psutil.cpu_percent(interval=None), psutil.cpu_count(), memory.total - memory.available,
+                          memory.total, rss)
+    except (psutil.Error, OSError):
+        return HostSample()
 
 
 class GpuMonitor(Protocol):
@@ -129,10 +152,13 @@ class NvmlMonitor:
 
 
 class GpuRecorder:
-    """Samples a monitor every `interval_s` on a daemon thread; keeps the last `window_s` seconds."""
+    """Samples a monitor and the host every `interval_s` on a daemon thread; keeps the last `window_s` seconds.
+    `host`: what samples the host (None: the GPUs only)."""
 
-    def __init__(self, monitor: GpuMonitor, interval_s: float = 1.0, window_s: float = 300.0) -> None:
+    def __init__(self, monitor: GpuMonitor, interval_s: float = 1.0, window_s: float = 300.0,
+                 host: Callable[[], HostSample] | None = sample_host) -> None:
         self.monitor = monitor
+        self.host = host
         self.interval_s = max(float(interval_s), 0.1)
         self._history: deque[Snapshot] = deque(maxlen=max(int(window_s / self.interval_s), 2))
         self._lock = threading.Lock()
@@ -148,13 +174,17 @@ class GpuRecorder:
             gpus = tuple(self.monitor.sample())
         except Exception:               # a monitor bug must not kill the sampling thread
             gpus = ()
-        snap = Snapshot(time.time(), gpus)
+        try:
+            host = self.host() if self.host else None
+        except Exception:
+            host = None
+        snap = Snapshot(time.time(), gpus, host)
         with self._lock:
             self._history.append(snap)
         return snap
 
     def start(self) -> "GpuRecorder":
-        if self.monitor.available and self._thread is None:
+        if (self.monitor.available or self.host is not None) and self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="gpu-recorder", daemon=True)
             self._thread.start()
         return self

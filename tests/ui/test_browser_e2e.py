@@ -255,12 +255,12 @@ def test_extract_on_demo_weights_then_history_export_and_batch(server, page, sho
     assert "Both runs read the same texts and extracted exactly the same tuples." in page.get_by_test_id("stMain").inner_text()
     shot(page, shots, "optimizations")
 
-    for title, name in (("GPU monitor", "monitor"), ("Plugins", "plugins")):
+    for title, name in (("Machine monitor", "monitor"), ("Plugins", "plugins")):
         go(page, title)
         assert page.get_by_test_id("stException").count() == 0, title
         if name == "monitor":
             from workstation.monitor import NvmlMonitor
-            expected = "GPU 0" if NvmlMonitor().available else "The GPU monitor is off"
+            expected = "GPU 0" if NvmlMonitor().available else "No NVIDIA GPU here"
             page.get_by_text(expected).first.wait_for()
         shot(page, shots, name)
     store.close()
@@ -434,6 +434,6 @@ def test_a_page_url_opened_first_after_a_start_still_runs_the_app_shell(server, 
     sidebar = page.get_by_test_id("stSidebar")
     assert sidebar.get_by_test_id("stSelectbox").filter(has_text="Model").count() == 1
     nav = page.get_by_test_id("stSidebarNav").inner_text()
-    assert "Fine-tune" in nav and "GPU monitor" in nav and "finetune" not in nav      # titles, not file names
+    assert "Fine-tune" in nav and "Machine monitor" in nav and "finetune" not in nav      # titles, not file names
     go(page, "History")
     assert page.get_by_test_id("stException").count() == 0

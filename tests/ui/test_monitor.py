@@ -110,6 +110,28 @@ def test_a_monitor_that_raises_does_not_kill_the_recorder():
     assert recorder.record_once().gpus == ()
 
 
-def test_without_a_gpu_the_recorder_starts_no_thread():
-    recorder = GpuRecorder(FakeMonitor.without_gpu()).start()
-    assert not recorder.available and recorder._thread is None
+def test_without_a_gpu_the_recorder_samples_the_host_alone():
+    from workstation.monitor import HostSample
+    readings = iter(range(100))
+    recorder = GpuRecorder(FakeMonitor.without_gpu(), interval_s=0.1,
+                           host=lambda: HostSample(float(next(readings)), 2, 3 << 30, 8 << 30, 1 << 28)).start()
+    deadline = time.time() + 5
+    while len(recorder.history()) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    recorder.stop()
+    history = recorder.history()
+    assert not recorder.available and len(history) >= 3
+    assert [s.gpus for s in history[:3]] == [(), (), ()]
+    assert [s.host.cpu_percent for s in history[:3]] == [0.0, 1.0, 2.0]
+
+
+def test_the_host_sample_reads_this_machine():
+    from workstation.monitor import sample_host
+    host = sample_host()
+    assert host.cpus >= 1 and 0 < host.memory_used < host.memory_total and host.process_rss > 0
+    assert 0.0 <= host.cpu_percent <= 100.0
+
+
+def test_a_recorder_without_a_host_sampler_and_gpu_starts_no_thread():
+    recorder = GpuRecorder(FakeMonitor.without_gpu(), host=None).start()
+    assert recorder._thread is None

@@ -1,4 +1,4 @@
-"""The GPU monitor page with a scripted monitor, and without any GPU."""
+"""The machine monitor page with a scripted GPU monitor, and without any GPU (the host alone)."""
 from __future__ import annotations
 
 import os
@@ -40,12 +40,27 @@ def test_the_monitor_keeps_sampling_between_reruns(app):
     assert len(recorder.history()) >= before + 3
 
 
-def test_without_an_nvidia_gpu_the_page_says_so_and_the_app_works(app, monkeypatch):
+def test_without_an_nvidia_gpu_the_page_charts_the_host_and_keeps_nvmls_words_to_a_details_line(app, monkeypatch):
     monkeypatch.setattr(state, "monitor_factory", lambda: FakeMonitor.without_gpu())
-    at = app.run().switch_page(PAGE).run()
+    at = app.run()
+    wait_for_samples(3)
+    at.switch_page(PAGE).run()
     assert not at.exception
-    said = [i.value for i in at.info if i.value.startswith("The GPU monitor is off: no NVIDIA GPU")]
-    assert said and "NVML Shared Library Not Found" in said[0] and "GPU: no NVIDIA GPU" not in said[0]
+    said = [i.value for i in at.info]
+    assert said and said[0].startswith("No NVIDIA GPU here") and "NVML" not in said[0]
+    assert any(c.value.startswith("Details: ") and "NVML Shared Library Not Found" in c.value for c in at.caption)
+    labels = [m.label for m in at.metric]
+    assert {"CPU", "Memory (GiB)", "This app"} <= set(labels)
+    assert len(at.get("vega_lite_chart")) == 2                  # CPU and memory over time
     at.switch_page("screens/extract.py").run()
     next(b for b in at.button if b.label == "Run").click().run()
     assert not at.exception and not at.error
+
+
+def test_with_gpus_the_host_is_charted_above_them(app):
+    at = app.run()
+    wait_for_samples(3)
+    at.switch_page(PAGE).run()
+    hosts = [m.value for m in at.markdown if m.value.startswith("**Host**")]
+    gpus = [m.value for m in at.markdown if m.value.startswith("**GPU ")]
+    assert len(hosts) == 1 and len(gpus) == 2

@@ -38,6 +38,8 @@ def sidebar() -> None:
         st.session_state["device"] = devices[0]
     st.sidebar.selectbox("Device", devices, key="device",
                          help="auto = the first CUDA GPU when there is one, else the CPU.")
+    if st.session_state["device"] == "auto":
+        st.sidebar.caption(render.md_text(state.device_plan("auto")))
     weights_choice(name)
     weights, demo = state.weights_for(name)
     if fams[name].needs_weights or weights.exists():
@@ -79,7 +81,7 @@ nav = st.navigation({
     ],
     "System": [
         st.Page(SCREENS / "optimizations.py", title="Optimizations", icon=":material/tune:"),
-        st.Page(SCREENS / "monitor.py", title="GPU monitor", icon=":material/monitoring:"),
+        st.Page(SCREENS / "monitor.py", title="Machine monitor", icon=":material/monitoring:"),
         st.Page(SCREENS / "plugins.py", title="Plugins", icon=":material/extension:"),
     ],
 })

@@ -1,6 +1,7 @@
-"""The GPU panel: per-GPU numbers, charts over the recorded window, and the processes holding memory.
+"""The machine panel: the host's CPU and memory, and per GPU its numbers, charts over the recorded window
+and the processes holding memory (as nvitop shows them).
 
-Drawn from the GpuRecorder's history (sampled on its own thread), so drawing never waits on NVML.
+Drawn from the GpuRecorder's history (sampled on its own thread), so drawing never waits on NVML or psutil.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from workstation.monitor import GpuRecorder, GpuSample, Snapshot
+from workstation.monitor import GpuRecorder, GpuSample, HostSample, Snapshot
 from workstation.ui import render
 
 MIB = 1 << 20
@@ -22,7 +23,8 @@ def _num(value, fmt: str, unit: str = "") -> str:
 
 
 SERIES = {"memory": "memory used (MiB)", "utilisation": "utilisation (%)", "temperature": "temperature (°C)",
-          "power": "power (W)"}
+          "power": "power (W)", "cpu": "CPU, all cores (%)", "host_memory": "memory used (GiB)"}
+GIB = 1 << 30
 
 
 def history_frame(history: list[Snapshot], index: int) -> pd.DataFrame:
@@ -82,15 +84,46 @@ def gpu_card(gpu: GpuSample, history: list[Snapshot], compact: bool) -> None:
             st.caption("No process holds memory on this GPU (or NVML cannot see them from here).")
 
 
+def host_frame(history: list[Snapshot]) -> pd.DataFrame:
+    """One row per sample with a host reading: time, CPU (%), memory used (GiB)."""
+    return pd.DataFrame([{"time": datetime.fromtimestamp(snap.time), "cpu": snap.host.cpu_percent,
+                          "host_memory": snap.host.memory_used / GIB if snap.host.memory_used is not None else None}
+                         for snap in history if snap.host is not None])
+
+
+def host_card(host: HostSample, history: list[Snapshot], compact: bool) -> None:
+    """This machine's CPU and memory now and over the window (psutil)."""
+    with st.container(border=True):
+        st.markdown(f"**Host** · {_num(host.cpus, 'd')} CPU cores")
+        cols = st.columns(3)
+        cols[0].metric("CPU", _num(host.cpu_percent, ".0f", " %"))
+        used = _num(host.memory_used and host.memory_used / GIB, ",.1f")
+        total = _num(host.memory_total and host.memory_total / GIB, ",.1f")
+        cols[1].metric("Memory (GiB)", f"{used} / {total}")
+        cols[2].metric("This app", _num(host.process_rss and host.process_rss / MIB, ",.0f", " MiB"))
+        frame = host_frame(history)
+        if len(frame) > 1:
+            height = 120 if compact else 160
+            left, right = st.columns(2)
+            left.altair_chart(chart(frame, "cpu", 100, height))
+            right.altair_chart(chart(frame, "host_memory", host.memory_total / GIB if host.memory_total else None,
+                                     height))
+
+
 def gpu_panel(recorder: GpuRecorder, compact: bool = False) -> None:
-    if not recorder.available:
-        # The reason already says what is missing ("no NVIDIA GPU (…)"); it is not repeated in front of it.
-        st.info(f"The GPU monitor is off: {render.md_text(recorder.monitor.reason)}. Everything else works on the CPU.")
-        return
     history = recorder.history()
     latest = recorder.latest()
+    if not recorder.available:
+        st.info("No NVIDIA GPU here: the host's CPU and memory are shown; everything works on the CPU.",
+                icon=":material/memory:")
+        # NVML's own words help whoever sets up a driver; in a details line, not the headline.
+        st.caption(f"Details: {render.md_text(recorder.monitor.reason)}")
     if latest is None:
         st.caption("Waiting for the first sample…")
+        return
+    if latest.host is not None:
+        host_card(latest.host, history, compact)
+    if not recorder.available:
         return
     if not latest.gpus:
         st.warning("NVML answered with no GPUs in the last sample.")

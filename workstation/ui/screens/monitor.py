@@ -1,4 +1,5 @@
-"""GPU monitor: refreshed every settings.monitor_interval_s by a fragment, so the page keeps updating."""
+"""Machine monitor: the host's CPU and memory and every GPU, refreshed every settings.monitor_interval_s by a
+fragment, so the page keeps updating."""
 from __future__ import annotations
 
 from datetime import timedelta
@@ -7,11 +8,11 @@ import streamlit as st
 
 from workstation.ui import gpu, render, state
 
-st.title("GPU monitor")
+st.title("Machine monitor")
 recorder = state.gpu_recorder()
 
 
-@st.fragment(run_every=timedelta(seconds=recorder.interval_s) if recorder.available else None)
+@st.fragment(run_every=timedelta(seconds=recorder.interval_s))
 def live() -> None:
     gpu.gpu_panel(recorder)
     allocator_view()
