@@ -45,6 +45,7 @@ class FakeHub:
     corrupt: set[str] = field(default_factory=set)
     down: bool = False
     requests: list[tuple[str, str, str]] = field(default_factory=list)      # (method, path, Range header)
+    url: str = ""                                                           # set by start()
 
     def add(self, repo_id: str, folder: Path, commit: str, refs: tuple[str, ...] = (),
             skip: tuple[str, ...] = ("RANDOM_DEMO_WEIGHTS.txt",), extra: dict[str, bytes] | None = None) -> Repo:
@@ -85,7 +86,7 @@ class RunningHub:
         handler = type("Handler", (_Handler,), {"hub": hub})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = hub.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

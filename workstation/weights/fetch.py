@@ -154,6 +154,7 @@ def _fetch(family: ModelFamily, settings: Settings, root: Path, revision: str, p
         raise FetchError(f"the disk is full: {human_bytes(need)} more are needed in {root}, {human_bytes(free)} "
                          "are free; free some space or choose another folder with --dir")
     progress.stage = "downloading"
+    report(progress)
     watcher = _Watcher(staging, progress, report)
     watcher.start()
     try:

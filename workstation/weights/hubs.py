@@ -68,30 +68,37 @@ class Hub:
         return [n for n in names if n in self.official.files]
 
     def fail(self, e: BaseException, revision: str) -> FetchError:
-        """The one line for an exception from a client: disk, network, 404s, else its own words."""
-        where = f"{self.official.repo_id}@{revision} on {self.endpoint or default_endpoint(self.official.hub)}"
-        os_error = next((x for x in _chain(e) if isinstance(x, OSError) and x.errno == errno.ENOSPC), None)
-        if os_error is not None:
-            return FetchError(f"the disk is full while downloading {where} ({os_error.filename or 'no space left'}); "
-                              "free some space or choose another folder with --dir")
-        text = " ".join(str(x) for x in _chain(e)).lower()
-        name = " ".join(type(x).__name__ for x in _chain(e))
-        if "RevisionNotFound" in name or "revision not found" in text or "revisionnotfound" in text:
-            return FetchError(f"revision {revision!r} of {self.official.repo_id} does not exist on "
-                              f"{self.endpoint or default_endpoint(self.official.hub)}; check --revision")
-        if "RepositoryNotFound" in name or "NotExistError" in name or "model not found" in text or "repo" in text \
-                and "404" in text:
-            return FetchError(f"{self.official.repo_id} was not found on {self.endpoint or default_endpoint(self.official.hub)} "
-                              "(404); check the endpoint or mirror")
-        if "404" in text or "EntryNotFound" in name:
-            return FetchError(f"a file of {where} was not found (404): {_first_line(e)}")
-        if any(k in name for k in ("ConnectError", "ConnectionError", "Timeout", "RemoteProtocolError", "ReadError",
-                                   "LocalEntryNotFound", "ChunkedEncodingError", "ProtocolError")) \
+        """The one line for an exception from a client: disk, damaged file, 404s, network, else its own words."""
+        hub = self.endpoint or default_endpoint(self.official.hub)
+        where = f"{self.official.repo_id}@{revision} on {hub}"
+        # ModelScope gathers the files that failed (FileDownloadError.failed_files): the first one tells why.
+        failed = getattr(e, "failed_files", None) or {}
+        name, cause = next(iter(failed.items()), (None, e))
+        errors = list(_chain(cause)) + list(_chain(e))
+        text = " ".join(str(x) for x in errors).lower()
+        kinds = " ".join(type(x).__name__ for x in errors)
+        full = next((x for x in errors if isinstance(x, OSError) and x.errno == errno.ENOSPC), None)
+        if full is not None or "not enough free disk space" in text:
+            return FetchError(f"the disk is full while downloading {where}; free some space or choose another "
+                              "folder with --dir")
+        if "hash mismatch" in text or "Integrity" in kinds:
+            return FetchError(f"{name or 'a file'} of {where} arrived damaged ({_first_line(cause)}); it was not "
+                              "used: run the fetch again")
+        if "RevisionNotFound" in kinds or "revision not found" in text or "revisionnotfound" in text:
+            return FetchError(f"revision {revision!r} of {self.official.repo_id} does not exist on {hub}; "
+                              "check --revision")
+        if "RepositoryNotFound" in kinds or "model not found" in text or "reponotfound" in text:
+            return FetchError(f"{self.official.repo_id} was not found on {hub} (404); check the endpoint or mirror")
+        if "EntryNotFound" in kinds or " 404" in text:
+            return FetchError(f"{name or 'a file'} of {where} was not found (404): {_first_line(cause)}")
+        if any(k in kinds for k in ("ConnectError", "ConnectionError", "Timeout", "RemoteProtocolError", "ReadError",
+                                    "ChunkedEncodingError", "ProtocolError", "NetworkError")) \
                 or "connection" in text or "503" in text:
-            return FetchError(f"could not download {where}: {_first_line(e)}; check the network or set a mirror "
+            return FetchError(f"could not download {where}: {_first_line(cause)}; check the network or set a mirror "
                               "(HF_ENDPOINT / MODELSCOPE_ENDPOINT, or [weights] in settings.toml), then run the "
                               "same command again: it resumes")
-        return FetchError(f"could not download {where}: {type(e).__name__}: {_first_line(e)}")
+        return FetchError(f"could not download {where}: {(name + ': ') if name else ''}{type(cause).__name__}: "
+                          f"{_first_line(cause)}")
 
 
 def _chain(e: BaseException):
@@ -171,7 +178,16 @@ class ModelScope(Hub):
         return Listing(revision, files)
 
     def download(self, listing: Listing, revision: str, folder: Path) -> None:
+        import functools
+        import logging
+
+        import modelscope_hub._download as transfer
         from modelscope.hub.snapshot_download import snapshot_download
+        # Its bars are drawn whatever the callbacks (tqdm is called directly): silenced, since our own bar counts
+        # the bytes on disk, as is its log line per repo.
+        transfer.tqdm = functools.partial(transfer.tqdm, disable=True) if not isinstance(
+            transfer.tqdm, functools.partial) else transfer.tqdm
+        logging.getLogger("modelscope_hub").setLevel(logging.WARNING)
         try:
             snapshot_download(self.official.repo_id, revision=revision, local_dir=str(folder),
                               allow_patterns=[f.name for f in listing.files], endpoint=self.endpoint,
