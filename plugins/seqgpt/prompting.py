@@ -54,10 +54,15 @@ class Prompt:
 def normalise_labels(labels, line: int | None = None) -> list[str]:
     """The label list as the reference reads it; raises InputError naming the problem and the line.
 
-    A string is accepted as the reference's own comma-separated label string.
+    A bare string is refused, as the API's schema refuses it: "人物,地点" would silently be one label to one
+    reader and two to another.
     """
+    if labels is None:
+        raise InputError("\"labels\" is missing (or null): give a non-empty list of strings, e.g. [\"人物\", \"地点\"]",
+                         line)
     if isinstance(labels, str):
-        labels = [labels]
+        raise InputError(f"\"labels\" must be a list of strings, not the string {json.dumps(labels, ensure_ascii=False)}"
+                         f": write {json.dumps([labels], ensure_ascii=False)}", line)
     if not isinstance(labels, (list, tuple)) or not labels:
         raise InputError("\"labels\" must be a non-empty list of strings", line)
     out: list[str] = []
@@ -85,6 +90,9 @@ def normalise_labels(labels, line: int | None = None) -> list[str]:
 
 def task_of(document: Document) -> str:
     """'cls' or 'ext' for a document, or InputError."""
+    if document.task is None:
+        raise InputError("\"task\" is missing; SeqGPT takes \"cls\" (classify), \"ext\" (extract) "
+                         "or \"nli\" (classify a sentence pair)", document.line)
     if document.task not in TASKS:
         raise InputError(f"unknown task {document.task!r}; SeqGPT takes \"cls\" (classify), \"ext\" (extract) "
                          "or \"nli\" (classify a sentence pair)", document.line)

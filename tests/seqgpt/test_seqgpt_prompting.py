@@ -58,7 +58,7 @@ def test_chunk_sizes_for_thirteen_labels():
 
 def test_ascii_commas_become_fullwidth_separators_as_in_the_reference():
     assert normalise_labels(["LOC,PER", " ORG "]) == ["LOC", "PER", "ORG"]
-    assert normalise_labels("LOC,PER，ORG") == ["LOC", "PER", "ORG"]
+    assert normalise_labels(["LOC,PER，ORG"]) == ["LOC", "PER", "ORG"]
     assert prompts_for(doc("t", "cls", ["a,b"]))[0].text == "输入: t\n分类: a，b\n输出: [GEN]"
 
 
@@ -86,7 +86,7 @@ def test_empty_text_gives_no_prompt_and_is_not_an_error():
     ("ext", ["LOC,"], "t", "empty"),
     ("ext", ["LOC", "LOC"], "t", "twice"),
     ("summarise", ["LOC"], "t", "unknown task"),
-    (None, ["LOC"], "t", "unknown task"),
+    (None, ["LOC"], "t", "\"task\" is missing"),
     ("ext", ["LOC"], None, "must be a string"),
     ("ext", ["LOC"], 12, "must be a string"),
     ("nli", ["entailment"], "no tab here", "TAB"),

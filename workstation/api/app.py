@@ -421,7 +421,8 @@ async def _upload(state: ApiState, request: Request):
     config = state.config(model, fields.get("device") or None, fields.get("dtype") or None, names, options, None)
     fam = state.family(model)
     # The default for lines without their own, as the model reads it; the other kind is named as an error.
-    if fam.reads == Reads.LABELS and labels is not None:
+    # A task without labels is kept too: lines that give no labels are then told that labels are missing.
+    if fam.reads == Reads.LABELS and (labels is not None or fields.get("task")):
         default, where = {"task": fields.get("task") or "ext", "labels": labels}, "labels"
     else:
         default, where = (schema, "schema") if schema is not None else (labels, "labels")
