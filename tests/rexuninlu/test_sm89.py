@@ -1,6 +1,6 @@
 """The Triton kernels on the user's GPU, an RTX 4090 (Ada, sm_89): every configuration the code can launch
 fits an Ada block's shared memory and registers, and a device with less shared memory never gets a
-configuration that cannot fit. Limits from NVIDIA's Ada tuning guide (docs/performance.md, §7)."""
+configuration that cannot fit. Limits from NVIDIA's Ada tuning guide (docs/performance.md §6)."""
 import json
 import subprocess
 import sys
