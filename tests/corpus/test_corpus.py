@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,8 @@ import pytest
 import ray  # a test dependency: requirements-corpus.txt
 
 from workstation.cli import main as cli_main
-from workstation.corpus import runner
+from workstation.corpus import runner, runtime
+from workstation.settings import ROOT
 
 NER = {"人物": None, "地理位置": None, "组织机构": None}
 SENTIMENT = {"正向": None, "负向": None}
@@ -30,7 +33,7 @@ def local_ray():
     started = runner.connect(None, num_cpus=2)
     yield ray.get_runtime_context().gcs_address
     if started:
-        ray.shutdown()
+        runner.disconnect()
 
 
 def jsonl(path: Path, rows: list) -> Path:
@@ -227,7 +230,9 @@ def test_a_rerun_that_only_finalises_ends_the_stores_job_done(local_ray, tmp_pat
 
     manifest = runner.run(job)
     assert manifest["status"] == "done" and manifest["counts"]["documents"] == 6
-    assert len(manifest["timings"]["runs"]) == 1                       # nothing ran again
+    stopped_run, parts_run = manifest["timings"]["runs"]               # one entry per run, each document once
+    assert (stopped_run["status"], stopped_run["documents"]) == ("interrupted", 6)
+    assert (parts_run["status"], parts_run["documents"], parts_run["parts"]) == ("done", 0, 2)
     ended = store.get_job(first["store_job"])
     assert (ended.status, ended.done, ended.total, ended.error) == ("done", 6, 6, None)
     rows = part_rows(out)
@@ -244,3 +249,182 @@ def test_a_changed_configuration_is_refused_rather_than_mixed(tmp_path, rex_tiny
     job.schema = NER
     with pytest.raises(InputError, match="another schema"):
         runner.run(job)
+
+
+def corpus_args(weights: Path, inp: Path, out: Path, *more: str) -> list[str]:
+    return ["corpus", "--model", "rexuninlu", "--weights", str(weights), "--input", str(inp), "--output", str(out),
+            "--optimizations", "none", "--no-record", *more]
+
+
+def test_two_workers_on_two_cpus_finish_and_the_run_counts_each_document_once(local_ray, tmp_path, rex_tiny):
+    """Each CPU worker used to reserve every CPU, so the file-reading task never started: 0 documents until
+    Ray Data's 30-minute no-progress limit. And the run's documents came from the workers' reports, where a
+    batch retried after its worker died counts twice (here a dead worker's report, sent to the tally)."""
+    (tmp_path / "in").mkdir()
+    files = [jsonl(tmp_path / "in" / f"s{i}.jsonl", documents(4, f"s{i}-")) for i in range(2)]
+    earlier, codes = set(ray.util.list_named_actors()), []
+    args = corpus_args(rex_tiny, tmp_path / "in" / "*.jsonl", tmp_path / "out", "--workers", "2", "--batch-size", "2",
+                       "--format", "jsonl")
+    driver = threading.Thread(target=lambda: codes.append(cli_main(args)), daemon=True)
+    driver.start()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and driver.is_alive():
+        tallies = [n for n in ray.util.list_named_actors() if n.startswith(runner.TALLY_PREFIX) and n not in earlier]
+        if tallies:
+            ray.get(ray.get_actor(tallies[0]).record.remote("batch", "dead-worker:0", "cpu", 5, 0, 0.1))
+            break
+        time.sleep(0.05)
+    driver.join(timeout=240)
+    assert codes == [0], "corpus --workers 2 did not finish on a 2-CPU Ray runtime"
+
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text("utf-8"))
+    run = manifest["timings"]["runs"][-1]
+    assert run["worker_count"] == 2 and "dead-worker:0" in run["workers"]       # its 5 documents were reported
+    assert run["documents"] == manifest["counts"]["documents"] == 8
+    rows = part_rows(tmp_path / "out")
+    for f in files:
+        assert_matches_cli(rows[str(f.resolve())], cli_lines(tmp_path, rex_tiny, f))
+
+
+@pytest.mark.parametrize("cpus, workers, each", [(2, 2, 0.5), (2, 1, 1.0), (2, 4, 0.25), (16, 3, 5.0), (3, 4, 0.5),
+                                                 (1, 2, 0.25), (8, 3, 2.0)])
+def test_cpu_workers_share_what_reading_and_writing_leave(monkeypatch, cpus, workers, each):
+    monkeypatch.setattr(runner.ray, "cluster_resources", lambda: {"CPU": float(cpus)})
+    job = runner.CorpusJob("rexuninlu", Path("w"), "x", Path("o"), workers=workers)
+    assert runner.workers_and_gpus(job, local=True) == (workers, 0.0, each)
+    assert cpus - workers * each >= min(runner.READING_CPUS, cpus / 2)
+
+
+def test_a_worker_count_the_machine_cannot_hold_is_refused_with_what_it_can(monkeypatch):
+    from contracts.domain import InputError
+    monkeypatch.setattr(runner.ray, "cluster_resources", lambda: {"CPU": 2.0, "GPU": 1.0})
+    job = runner.CorpusJob("rexuninlu", Path("w"), "x", Path("o"), workers=5, gpus_per_worker=0.0)
+    with pytest.raises(InputError, match="--workers 5 is more than 2 CPU.* use at most 4"):
+        runner.workers_and_gpus(job, local=True)
+    job.workers, job.gpus_per_worker = 2, 1.0
+    with pytest.raises(InputError, match="need 2 GPU.*this machine has 1"):
+        runner.workers_and_gpus(job, local=True)
+    job.gpus_per_worker = 0.5                              # two on one GPU: one CPU for reading, half each
+    assert runner.workers_and_gpus(job, local=True) == (2, 0.5, 0.5)
+
+
+def read_only(folder: Path) -> Path:
+    """A folder this process cannot write into: mode 0555, and immutable where we are root (who ignores modes)."""
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK) and subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode:
+        folder.chmod(0o755)
+        pytest.skip("no way to make a read-only folder here (root, without chattr)")
+    return folder
+
+
+@pytest.mark.parametrize("where", ["a file", "a folder inside a file", "a read-only folder"])
+def test_an_output_that_cannot_be_a_writable_folder_is_one_line_and_exit_2(tmp_path, rex_tiny, capsys, where):
+    jsonl(tmp_path / "a.jsonl", documents(2, "a"))
+    (tmp_path / "notes.txt").write_text("keep me", "utf-8")
+    output = {"a file": lambda: tmp_path / "notes.txt", "a folder inside a file": lambda: tmp_path / "notes.txt" / "out",
+              "a read-only folder": lambda: read_only(tmp_path / "ro")}[where]()
+    try:
+        code = cli_main(corpus_args(rex_tiny, tmp_path / "a.jsonl", output))
+    finally:
+        if where == "a read-only folder":
+            subprocess.run(["chattr", "-i", str(output)], capture_output=True)
+            output.chmod(0o755)
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: --output {output}") and err.count("\n") == 1, err
+    assert (tmp_path / "notes.txt").read_text("utf-8") == "keep me"
+    assert where != "a read-only folder" or not list(output.iterdir())
+
+
+def test_a_glob_that_matches_nothing_creates_no_output_folder(tmp_path, rex_tiny, capsys):
+    code = cli_main(corpus_args(rex_tiny, tmp_path / "*.jsonl", tmp_path / "out"))
+    assert code == 2 and "matches no file" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_killed_before_it_recorded_itself_gets_the_documents_no_other_run_counted():
+    manifest = {"timings": {"runs": [{"status": "interrupted", "documents": 3},
+                                     {"status": "running", "started_at": "t"}]}}
+    runner.account_for_killed_runs(manifest, present=10)
+    assert [(r["status"], r["documents"]) for r in manifest["timings"]["runs"]] == [("interrupted", 3), ("killed", 7)]
+
+
+# ---- the local Ray runtime ends with its driver ------------------------------------------------------------
+
+CLI = "import sys; from workstation.cli import main; sys.exit(main())"
+
+
+def start_driver(code: str, args: list[str], log: Path) -> tuple[subprocess.Popen, dict]:
+    """`python -c CODE ARGS` in a process of its own, once it has started a local Ray runtime; (it, the note)."""
+    with open(log, "wb") as f:
+        driver = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                  env={**os.environ, "PYTHONPATH": str(ROOT)})
+    note = runtime.note_path(driver.pid)
+    assert wait_for(lambda: note.is_file() or driver.poll() is not None, 180) and note.is_file(), \
+        f"the driver noted no runtime; its output: {log.read_text('utf-8', 'replace')[-2000:]}"
+    return driver, json.loads(note.read_text("utf-8"))
+
+
+def wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return bool(condition())
+
+
+def agents(session: str) -> list[int]:
+    """The raylet's agents (ray::DashboardAgent, ray::RuntimeEnvAgent): they outlived a killed driver."""
+    def is_agent(pid: int) -> bool:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return cmdline.startswith(b"ray::") and b"Agent" in cmdline
+    return [p for p in runtime.session_processes(session) if is_agent(p)]
+
+
+def manifest_of(out: Path) -> dict | None:
+    try:
+        return runner.OutputDir(out).read_manifest()
+    except Exception:            # noqa: BLE001 - read while the driver replaces it
+        return None
+
+
+def test_a_corpus_driver_killed_with_sigkill_leaves_no_ray_process_and_its_rerun_counts_it(local_ray, tmp_path,
+                                                                                          rex_tiny):
+    (tmp_path / "in").mkdir()
+    for i in range(2):
+        jsonl(tmp_path / "in" / f"s{i}.jsonl", documents(6, f"s{i}-"))
+    out = tmp_path / "out"
+    args = corpus_args(rex_tiny, tmp_path / "in" / "*.jsonl", out, "--batch-size", "1", "--format", "jsonl")
+    driver, note = start_driver(CLI, args, tmp_path / "driver.log")
+    session = note["session"]
+    assert wait_for(lambda: (manifest_of(out) or {}).get("timings", {}).get("runs") and agents(session), 120), \
+        "the corpus run did not start"
+    driver.kill()
+    driver.wait()
+    assert wait_for(lambda: not runtime.session_processes(session), 30), \
+        f"still running 30 s after the driver was killed: {runtime.session_processes(session)}"
+
+    manifest = runner.run(runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "in" / "*.jsonl"), out,
+                                           batch_size=1, format="jsonl", progress=False))
+    killed, rerun = manifest["timings"]["runs"]
+    assert (killed["status"], rerun["status"]) == ("killed", "done")
+    assert killed["documents"] + rerun["documents"] == manifest["counts"]["documents"] == 12
+
+
+def test_the_next_start_stops_the_ray_processes_of_a_driver_killed_with_its_watchdog(tmp_path):
+    code = "import time; from workstation.corpus import runner; runner.connect(None, num_cpus=1); time.sleep(300)"
+    driver, note = start_driver(code, [], tmp_path / "driver.log")
+    session = note["session"]
+    assert wait_for(lambda: agents(session), 60), "the runtime's agents did not start"
+    os.kill(note["watchdog"][0], signal.SIGKILL)          # both at once, as a kill of their process groups would
+    driver.kill()
+    driver.wait()
+    assert wait_for(lambda: not runtime._alive(note["watchdog"][0]), 10)
+    left = agents(session)
+    assert left, "nothing outlived the driver: this test no longer shows anything"
+
+    stopped = runtime.clean_stale()                      # what the next local start does first
+    assert set(left) <= set(stopped) and not runtime.session_processes(session)
+    assert not runtime.note_path(driver.pid).exists()

@@ -120,8 +120,12 @@ class OutputDir:
     @contextmanager
     def locked(self) -> Iterator[None]:
         """One run per output directory at a time (an advisory lock, released when the process ends)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as f:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            lock = open(self.root / ".lock", "w")
+        except OSError as e:                        # a read-only folder, a file on the way, a full disk
+            raise InputError(f"--output {self.root} cannot be written: {e.strerror or e}") from None
+        with lock as f:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -133,15 +137,17 @@ class OutputDir:
     def shard_staging(self, key: str) -> Path:
         return self.staging / f"shard={key}"
 
-    def staged(self, key: str, columns: list[str] | None = None) -> pa.Table | None:
-        """Everything staged for a shard, duplicates included; torn files are deleted on the way."""
+    def staged(self, key: str, columns: list[str] | None = None, drop_torn: bool = True) -> pa.Table | None:
+        """Everything staged for a shard, duplicates included; torn files are deleted on the way (unless a
+        writer may still be at work: `drop_torn=False`)."""
         folder = self.shard_staging(key)
         tables = []
         for f in sorted(folder.glob("*.parquet")) if folder.is_dir() else []:
             try:
                 tables.append(pq.read_table(f, columns=columns, schema=_without_shard(RESULT_SCHEMA, columns)))
             except (OSError, pa.ArrowInvalid):
-                f.unlink(missing_ok=True)                   # cut short by a stop: its documents run again
+                if drop_torn:
+                    f.unlink(missing_ok=True)               # cut short by a stop: its documents run again
         return pa.concat_tables(tables) if tables else None
 
     def done_lines(self, key: str) -> tuple[set[int], int | None]:
@@ -150,6 +156,11 @@ class OutputDir:
         if table is None or table.num_rows == 0:
             return set(), None
         return set(table.column("line").to_pylist()), int(table.column("total")[0].as_py())
+
+    def staged_lines(self, key: str) -> set[int]:
+        """The lines staged for a shard so far, read without deleting anything."""
+        table = self.staged(key, ["line"], drop_torn=False)
+        return set() if table is None else set(table.column("line").to_pylist())
 
     def drop_staging(self, key: str) -> None:
         shutil.rmtree(self.shard_staging(key), ignore_errors=True)

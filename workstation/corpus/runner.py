@@ -25,7 +25,8 @@ import ray.data
 
 from contracts.domain import InputError, WeightsError
 from workstation import engine, plugins
-from workstation.corpus.layout import FORMATS, OutputDir, Shard, finalise_shard, manifest_entry, now, plan_shards
+from workstation.corpus import runtime
+from workstation.corpus.layout import EMPTY, FORMATS, OutputDir, Shard, finalise_shard, manifest_entry, now, plan_shards
 from workstation.corpus.progress import TALLY_PREFIX, Progress, Reporter, Tally, Watcher
 from workstation.corpus.work import ExtractionWorker, parse_shards
 from workstation.inputs import defaults_for
@@ -63,8 +64,9 @@ def run(job: CorpusJob) -> dict:
     """Run (or resume) the job; returns the final manifest. KeyboardInterrupt leaves a resumable directory."""
     check(job)
     out = OutputDir(job.output)
+    shards = plan_shards(job.input, out.root)        # before the directory is made: a glob of nothing makes none
+    started, started_at = time.perf_counter(), now()
     with out.locked():
-        shards = plan_shards(job.input, out.root)
         manifest = reconcile(out, job, shards)
         pending = [s for s in shards if manifest["shards"][s.key]["status"] != "done"]
         done_lines, complete = {}, []
@@ -76,12 +78,18 @@ def run(job: CorpusJob) -> dict:
                 done_lines[s.key] = sorted(lines)
         finish(out, manifest, complete)
         pending = [s for s in pending if manifest["shards"][s.key]["status"] != "done"]
+        account_for_killed_runs(manifest, written(manifest, done_lines))
         out.write_manifest(manifest)
         if pending:
             execute(job, out, manifest, pending, done_lines)
+        elif complete:     # a rerun that only finalised what a stopped run had staged: a run of its own
+            wall = time.perf_counter() - started
+            manifest["timings"]["runs"].append({"started_at": started_at, "finished_at": now(), "address": None,
+                                                "status": "done", "wall_seconds": round(wall, 3), "documents": 0,
+                                                "docs_per_second": None, "parts": len(complete)})
         manifest["status"] = "done"
         count(manifest)
-        if complete and not pending:     # a rerun that only finalised what a stopped run had staged
+        if complete and not pending:
             Progress.open(job, manifest).completed(manifest)       # (may set manifest["store_job"])
         out.write_manifest(manifest)
         return manifest
@@ -95,6 +103,9 @@ def check(job: CorpusJob) -> None:
         raise InputError("--batch-size and --workers must be at least 1")
     if job.gpus_per_worker is not None and job.gpus_per_worker < 0:
         raise InputError("--gpus-per-worker cannot be negative")
+    if Path(job.output).exists() and not Path(job.output).is_dir():
+        raise InputError(f"--output {job.output} is a file; it must name a directory (a new one, or one this "
+                         "command wrote before)")
     defaults_for(engine.family(job.model).reads, job.schema)       # --schema of the kind the model reads
     unknown = [n for n in job.optimizations if n not in plugins.optimizations()]
     if unknown:
@@ -172,7 +183,8 @@ def _ref(shard: Shard) -> dict:
 # ---- running the pending shards on Ray ---------------------------------------------------------------------
 
 def connect(address: str | None, **init_args) -> bool:
-    """Start a local Ray runtime (every GPU, else the CPUs) or join a cluster. True if we started it."""
+    """Start a local Ray runtime (every GPU, else the CPUs) or join a cluster. True if we started it: then
+    `disconnect()` ends it, and it ends with this process however the process ends (corpus/runtime.py)."""
     if ray.is_initialized():
         return False
     if address:
@@ -181,45 +193,85 @@ def connect(address: str | None, **init_args) -> bool:
     else:
         path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
         env = {"env_vars": {"PYTHONPATH": path}}
-    try:
-        ray.init(address=address, runtime_env=env, include_dashboard=False, logging_level=logging.WARNING,
+
+    def init():         # "local": a runtime of our own, never another driver's that happens to be running
+        ray.init(address=address or "local", runtime_env=env, include_dashboard=False, logging_level=logging.WARNING,
                  **init_args)
+    try:
+        init() if address else runtime.start(init)
     except ConnectionError as e:
         raise InputError(f"no Ray cluster could be reached at --address {address} ({e}); start one with "
                          "`ray start --head`, or leave --address out for a local runtime") from None
     return True
 
 
-def workers_and_gpus(job: CorpusJob) -> tuple[int, float, float]:
-    """(workers, GPUs per worker, CPUs per worker) from the cluster's resources and the job's choices."""
+def disconnect() -> None:
+    runtime.stop()
+
+
+READING_CPUS = 1.0        # the parsing (0.5) and writing (0.5) tasks at once: workers never take these
+MIN_CPU_SHARE = 0.25      # below this, more workers are more model copies on the same cores, no faster
+
+
+def workers_and_gpus(job: CorpusJob, local: bool = False) -> tuple[int, float, float]:
+    """(workers, GPUs per worker, CPUs per worker) from the cluster's resources and the job's choices.
+
+    Workers hold their CPUs for the whole run, so they share what reading and writing leave: a worker
+    that reserved every CPU kept the file-reading task from ever starting (0 documents, then Ray Data's
+    no-progress limit). A count the machine cannot hold is refused here, before any worker starts."""
     resources = ray.cluster_resources()
     gpus, cpus = resources.get("GPU", 0.0), resources.get("CPU", 1.0)
     per = job.gpus_per_worker if job.gpus_per_worker is not None else (1.0 if gpus else 0.0)
     if per > 0:
         workers = job.workers or max(1, int(gpus // per))
         if workers * per > gpus:
+            if local:
+                raise InputError(f"--workers {workers} × --gpus-per-worker {per:g} need {workers * per:g} GPU(s); "
+                                 f"this machine has {gpus:g}")
             print(f"note: {workers} workers × {per:g} GPU need more than the {gpus:g} GPU(s) the cluster has now; "
                   "the job waits until an autoscaler adds them", file=sys.stderr)
-        return workers, per, 1.0
-    workers = job.workers or 1
-    # CPU workers share the CPUs, keeping one for reading and writing.
-    return workers, 0.0, max(1.0, (cpus - 1) // workers)
+    else:
+        workers = job.workers or 1
+    room = cpus - READING_CPUS if cpus >= 2 * READING_CPUS else cpus / 2
+    share = room / workers
+    if share < MIN_CPU_SHARE:
+        most = max(1, int(room / MIN_CPU_SHARE))
+        raise InputError(f"--workers {workers} is more than {cpus:g} CPU(s) can hold: each worker would get "
+                         f"{share:.2f} CPU after {cpus - room:g} kept for reading and writing; use at most {most}")
+    if per > 0:                 # a GPU worker prepares and decodes on one CPU, when there are enough
+        return workers, per, min(1.0, _fraction(share))
+    # CPU workers share the rest: whole CPUs where there are enough, else a fraction of one.
+    return workers, 0.0, float(int(share)) if share >= 1 else _fraction(share)
+
+
+def _fraction(share: float) -> float:
+    """Rounded down to Ray's resource precision (1/10,000), so the shares never add up to more than there is."""
+    return int(share * 10_000) / 10_000
 
 
 def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard],
             done_lines: dict[str, list[int]]) -> None:
     started_here = connect(job.address)
+    try:
+        workers, gpus, cpus = workers_and_gpus(job, local=started_here and not job.address)
+    except BaseException:
+        if started_here:
+            disconnect()
+        raise
     ray.data.DataContext.get_current().enable_progress_bars = False     # ours counts documents, not blocks
     store = Progress.open(job, manifest)
-    out.write_manifest(manifest)
+    before = written(manifest, done_lines)
     started, run_entry = time.perf_counter(), {"started_at": now(), "address": job.address or "local",
-                                               "ray": ray.__version__}
+                                               "ray": ray.__version__, "status": "running",
+                                               "worker_count": workers, "gpus_per_worker": gpus}
+    # In the manifest from the start: a run killed outright leaves it "running", and the next run accounts
+    # for it (account_for_killed_runs).
+    manifest["timings"]["runs"].append(run_entry)
+    out.write_manifest(manifest)
     # Named, so another driver on the cluster can read a running job's counts (ray.util.list_named_actors).
     tally = Tally.options(name=f"{TALLY_PREFIX}{uuid.uuid4().hex[:12]}").remote()
     watcher = Watcher(tally, manifest, pending, done_lines, store, job.progress)
     try:
-        workers, gpus, cpus = workers_and_gpus(job)
-        run_entry.update(worker_count=workers, gpus_per_worker=gpus)
         spec = {"model": job.model, "weights": str(Path(job.weights).resolve()), "device": "cuda" if gpus else "cpu",
                 "optimizations": list(job.optimizations), "dtype": job.dtype, "configured_dtype": job.configured_dtype,
                 "batch_size": job.batch_size, "options": dict(job.options)}
@@ -250,24 +302,47 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
         raise
     finally:
         watcher.stop()
+        try:
+            ray.kill(tally)
+        except Exception:                             # noqa: BLE001 - the cluster may be gone already
+            pass
+        if started_here:            # before counting: no write of this run lands after the count
+            disconnect()
         wall = time.perf_counter() - started
         snap = watcher.last
+        # The documents this run added to the output, each once: the tally's counts are per batch, and a batch
+        # retried after a worker died counts twice there (8,128 for 8,000 rows).
+        unfinished = [s.key for s in pending if manifest["shards"][s.key]["status"] != "done"]
+        documents = written(manifest, {key: out.staged_lines(key) for key in unfinished}) - before
         run_entry.update(finished_at=now(), wall_seconds=round(wall, 3),
-                         documents=watcher.processed(), docs_per_second=watcher.processed() / wall if wall else None,
+                         documents=documents, docs_per_second=documents / wall if wall else None,
                          workers={name: {**w, "docs_per_second": w["documents"] / w["busy_seconds"]
                                          if w["busy_seconds"] else None} for name, w in snap["workers"].items()})
-        manifest["timings"]["runs"].append(run_entry)
         manifest["status"] = run_entry["status"].split(":")[0]
         count(manifest)
         out.write_manifest(manifest)
         store.end(manifest, run_entry, watcher)
         watcher.summary(run_entry)
-        try:
-            ray.kill(tally)
-        except Exception:                             # noqa: BLE001 - the cluster may be gone already
-            pass
-        if started_here:
-            ray.shutdown()
+
+
+def written(manifest: dict, staged: dict[str, Any]) -> int:
+    """Documents in the output: those of finished parts, and the distinct lines staged for the others."""
+    parts = sum(e["documents"] for e in manifest["shards"].values() if e["status"] == "done")
+    return parts + sum(len(set(lines) - {EMPTY}) for key, lines in staged.items()
+                       if manifest["shards"][key]["status"] != "done")
+
+
+def account_for_killed_runs(manifest: dict, present: int) -> None:
+    """A run still "running" in the manifest was killed before it could record itself (this run holds the
+    directory's lock): its documents are those in the output that no other run counted."""
+    runs = manifest["timings"]["runs"]
+    killed = [r for r in runs if r.get("status") == "running"]
+    if not killed:
+        return
+    counted = sum(r.get("documents") or 0 for r in runs if r.get("status") != "running")
+    for r in killed:
+        r.update(status="killed", documents=0, docs_per_second=None)
+    killed[-1]["documents"] = max(0, present - counted)
 
 
 def _finalise(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]) -> list[str]:
