@@ -66,6 +66,8 @@ def loads(text: str) -> Any:
     except _DuplicateKey as e:
         raise json.JSONDecodeError(f"the key {e.key!r} is given twice", text,
                                    _duplicate_position(text, e.key)) from None
+    except RecursionError:              # a thousand levels of [[[...: no document is shaped like that
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
 
 
 def json_problem(e: json.JSONDecodeError, line: bool = True) -> str:

@@ -79,3 +79,13 @@ def test_the_cli_names_the_line_of_a_lone_surrogate_and_writes_nothing(tmp_path,
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and err.count("\n") == 1, err
     assert "line 2" in err and "lone UTF-16 surrogate" in err and not out.exists()
+
+
+@pytest.mark.parametrize("depth", [5000, 100_000])
+def test_a_line_nested_thousands_deep_is_an_input_error_not_a_recursion_error(tmp_path, depth):
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"text": "a", "schema": ' + '{"a": ' * depth + "null" + "}" * depth + "}\n", "utf-8")
+    with pytest.raises(InputError, match=r"^line 1: malformed JSON \(nested too deeply to read"):
+        read_documents(path)
+    with pytest.raises(InputError, match="nested too deeply"):
+        parse_schema_arg("[" * depth + "]" * depth)
