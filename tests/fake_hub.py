@@ -1,15 +1,16 @@
 """A model hub on loopback that speaks just enough of the Hugging Face Hub's and ModelScope's HTTP APIs for
-their own clients (huggingface_hub's snapshot_download, modelscope's snapshot_download) to fetch a repo.
+their own clients (huggingface_hub's listing and file transfer, modelscope's snapshot_download) to fetch a repo.
 
 What each client asks, read from their sources (huggingface_hub 1.33, modelscope-hub 0.5.1):
 - Hugging Face: GET /api/models/{repo}/revision/{rev} (the commit), GET /api/models/{repo}/tree/{commit}
-  (paths, sizes, git blob ids, LFS sha256), then per file HEAD and GET /{repo}/resolve/{commit}/{file} (X-Repo-Commit, ETag — the sha256
-  for LFS files — and a Range for resuming).
+  (paths, sizes, git blob ids, LFS sha256), then per file GET /{repo}/resolve/{commit}/{file} with a Range when
+  resuming (snapshot_download would also HEAD it for X-Repo-Commit and the ETag: served too).
 - ModelScope: GET /api/v1/models/{repo}/repo/files?Revision=... (paths, sizes, sha256), then per file
-  HEAD/GET /api/v1/models/{repo}/repo?Revision=...&FilePath=... with Range.
+  GET /api/v1/models/{repo}/repo?Revision=...&FilePath=... with a Range when resuming.
 
 Faults a test can set: `cut` (a file's transfers break at byte N, for the next `times` requests),
-`corrupt` (a file's bytes served differ from the hashes listed) and `down` (every request fails with 503).
+`corrupt` (a file's bytes served differ from the hashes listed) and `slow` (a file trickles, so a progress
+bar has time to show).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -43,7 +45,7 @@ class FakeHub:
     repos: dict[str, Repo] = field(default_factory=dict)
     cut: dict[str, Cut] = field(default_factory=dict)
     corrupt: set[str] = field(default_factory=set)
-    down: bool = False
+    slow: dict[str, float] = field(default_factory=dict)        # file -> seconds per 64 KiB sent (progress to see)
     requests: list[tuple[str, str, str]] = field(default_factory=list)      # (method, path, Range header)
     url: str = ""                                                           # set by start()
 
@@ -112,8 +114,6 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         path, query = unquote(url.path), {k: v[0] for k, v in parse_qs(url.query).items()}
         self.hub.requests.append((self.command, self.path, self.headers.get("Range", "")))
-        if self.hub.down:
-            return self.send_json(503, {"error": "the fake hub is down"})
         m = re.fullmatch(r"/api/models/(.+)/revision/([^/]+)", path)
         if m:
             return self.hf_info(m[1], m[2])
@@ -248,4 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(2)
             return
-        self.wfile.write(part)
+        pause = self.hub.slow.get(name, 0.0)
+        for at in range(0, len(part), 65536):
+            self.wfile.write(part[at:at + 65536])
+            if pause:
+                time.sleep(pause)

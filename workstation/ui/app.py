@@ -50,6 +50,8 @@ def sidebar() -> None:
         st.warning(render.md_text(engine.missing_weights(name, weights)), icon=":material/warning:")
     elif demo:
         st.warning(f"**{render.md_text(name)}: {DEMO_NOTICE}**", icon=":material/warning:")
+    if fams[name].needs_weights and (demo or not weights.exists()):
+        st.page_link(WEIGHTS_PAGE, label="Download the official weights: Model weights", icon=":material/download:")
 
 
 def weights_choice(name: str) -> None:
@@ -67,6 +69,7 @@ def weights_choice(name: str) -> None:
                          help="settings.toml's weights, or the output of a finished fine-tune (Fine-tune page).")
 
 
+WEIGHTS_PAGE = st.Page(SCREENS / "weights.py", title="Model weights", icon=":material/download:")
 nav = st.navigation({
     "Work": [
         st.Page(SCREENS / "extract.py", title="Extract", icon=":material/manage_search:", default=True),
@@ -80,6 +83,7 @@ nav = st.navigation({
         st.Page(SCREENS / "thresholds.py", title="Thresholds", icon=":material/filter_alt:"),
     ],
     "System": [
+        WEIGHTS_PAGE,
         st.Page(SCREENS / "optimizations.py", title="Optimizations", icon=":material/tune:"),
         st.Page(SCREENS / "monitor.py", title="Machine monitor", icon=":material/monitoring:"),
         st.Page(SCREENS / "plugins.py", title="Plugins", icon=":material/extension:"),
