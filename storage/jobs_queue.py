@@ -64,6 +64,18 @@ class JobQueue:
             query = select(JobRecord).where(JobRecord.status.in_(UNFINISHED)).order_by(JobRecord.id)
             return [job_status(j) for j in s.scalars(query)]
 
+    def requeue_orphans(self, owner_is_dead: OwnerIsDead) -> list[int]:
+        """Running jobs whose runner is gone go back to the queue, their claims back to pending: until a runner
+        takes one it shows as queued, not as running with frozen progress. Corpus jobs are left to their command."""
+        with self._write() as s:
+            running = s.scalars(select(JobRecord).where(JobRecord.status == "running").order_by(JobRecord.id))
+            orphans = [job for job in running
+                       if CORPUS_OUTPUT not in (job.options or {}) and owner_is_dead(job.owner, job.heartbeat_at)]
+            for job in orphans:
+                _release(s, job.id)
+                job.status, job.owner, job.heartbeat_at, job.updated_at = "queued", None, None, utcnow()
+            return [job.id for job in orphans]
+
     def cancel_job(self, job_id: int) -> bool:
         """Stop a queued or running job; its worker stops after the slice in hand. False if already finished."""
         now = utcnow()

@@ -144,7 +144,9 @@ class JobRunner:
         self.heartbeat_s = heartbeat_s
         self.stale_after_s = max(6 * heartbeat_s, 30.0)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._queue: queue.Queue[int] = queue.Queue()
+        # Job ids are given in submission order: the oldest waiting job runs next, also when an older one comes
+        # back (a dead runner's job requeued at start, a cancelled one resumed) after newer ones were queued.
+        self._queue: queue.PriorityQueue[int] = queue.PriorityQueue()
         self._waiting: set[int] = set()
         self._current: int | None = None
         self._thread: threading.Thread | None = None
@@ -170,12 +172,14 @@ class JobRunner:
         return self.store.cancel_job(job_id)
 
     def resume_unfinished(self) -> list[int]:
-        """On app start: queue the jobs left queued, or left running by a process that is gone."""
+        """On app start: the jobs a process that is gone left running go back to the queue (so they show as
+        queued while older ones run), then every queued job is submitted, oldest first."""
+        self.store.requeue_orphans(self._is_dead)
         resumed = []
         for job in self.store.unfinished_jobs():
             if job.corpus_output:
                 continue                          # its corpus command runs it (launcher.py corpus)
-            if job.status == "queued" or job.owner == self.owner or self._is_dead(job.owner, job.heartbeat_at):
+            if job.status == "queued" or job.owner == self.owner:
                 self.submit(job.id)
                 resumed.append(job.id)
         return resumed
