@@ -1,10 +1,12 @@
 """Correct a recorded result and save it as a gold example (History → a run → one document).
 
 The draft is a copy of the result's tuples in session state: the run itself is never changed, and the
-gold example is a row of its own linked to the run and document. Each element of a tuple is edited as
-type + span text + [start, end): the text the offsets cover is shown as they change, and offsets whose
-text is not the span are refused (with one-click fixes: take the covered text, or find the span). The
-model family judges the whole draft (`validate_gold`) before it can be saved.
+gold example is a row of its own linked to the run and document. Spans are added with the mouse in the
+span picker (select text, press a type's key; pick a span, Delete removes it), or typed in the form
+below it for keyboard-only work. Each element of a tuple is edited as type + span text + [start, end):
+the text the offsets cover is shown as they change, and offsets whose text is not the span are refused
+(with one-click fixes: take the covered text, or find the span). The model family judges the whole draft
+(`validate_gold`) before it can be saved.
 
 Buttons change the draft at the end of the script run, once every widget's value is in it, and then
 rerun with new widget keys (the draft version), so the widgets show the changed draft.
@@ -17,12 +19,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from contracts.domain import Document, InputError, Result
+from contracts.domain import Document, InputError, Result, Span
 from contracts.names import Reads
 from workstation.ui import render, state
+from workstation.ui.span_picker import Pick, Shown, read_pick, span_picker
 
 DRAFT = "gold_draft"
 NEW_DATASET = -1
+PICKED = "gold_picked"                  # the id of the last span-picker event applied (its value outlives a rerun)
 
 
 def draft_tuples(result: Result) -> list[list[dict[str, Any]]]:
@@ -118,9 +122,11 @@ def editor(store, detail, position: int) -> None:
     text, tuples = doc.text, d["tuples"]
     actions: list[tuple] = []
 
+    accept = False
     with st.expander("Correct this result and save it as a gold example", expanded=bool(d.get("open"))):
         st.caption("Edit a copy of the result: the run stays as the model produced it. Add, remove, retype or "
                    "re-span extractions; the corrected result is saved into a dataset for fine-tuning.")
+        accept = _picker(d, doc, reads, actions, key=f"gold-picker-{run_id}-{position}")
         saved = store.gold_examples_of_document(run_id, position)
         if saved:
             cols = st.columns([4, 2])
@@ -141,7 +147,7 @@ def editor(store, detail, position: int) -> None:
             _tuple_editor(d, doc, reads, actions)
         if st.button("Start over from the model's output", key=_key(d, "reset")):
             actions.append(("load", draft_tuples(result)))
-        _save(store, d, run_id, model, position, doc)
+        _save(store, d, run_id, model, position, doc, accept)
 
     if actions:
         _apply(d, actions, text)
@@ -149,10 +155,63 @@ def editor(store, detail, position: int) -> None:
         st.rerun()
 
 
+def shown_spans(text: str, tuples: list[list[dict]]) -> list[Shown]:
+    """The draft's elements that have a place in the text, in text order (outer spans first)."""
+    shown = [Shown(i, j, e["type"], *e["offset"]) for i, t in enumerate(tuples) for j, e in enumerate(t)
+             if e["offset"] and 0 <= e["offset"][0] < e["offset"][1] <= len(text)]
+    return sorted(shown, key=lambda s: (s.start, -s.end, s.type, s.tuple, s.element))
+
+
+def pick_actions(pick: Pick, doc: Document, tuples: list[list[dict]], reads: Reads) -> tuple[list[tuple], str | None]:
+    """The draft actions of a span-picker event, or why there are none (a span already there, a type the
+    schema does not allow at that element)."""
+    if pick.op == "add":
+        element = {"type": pick.type, "span": doc.text[pick.start:pick.end], "offset": [pick.start, pick.end]}
+        if [element] in tuples:
+            return [], f"{pick.type} “{element['span']}” [{pick.start}, {pick.end}) is already in the draft."
+        return [("add", [element])], None
+    target = pick.target
+    if pick.op == "remove":
+        return [("remove-element", target.tuple, target.element)], None
+    if pick.op == "retype":
+        allowed = allowed_types(doc, tuples[target.tuple], target.element, reads)
+        if pick.type not in allowed:
+            return [], (f"{pick.type} is not a type element {target.element + 1} of extraction {target.tuple + 1} "
+                        f"can have (the schema allows {', '.join(allowed) or 'none'}).")
+        return [("set", target.tuple, target.element, {"type": pick.type})], None
+    return [], None
+
+
+def _picker(d: dict, doc: Document, reads: Reads, actions: list, key: str) -> bool:
+    """Draw the span picker; its new event becomes draft actions. True when the person accepted the draft
+    (Enter with nothing selected), which saves it as the Save button would."""
+    text, types = doc.text, allowed_types(doc, [], 0, reads)
+    shown = shown_spans(text, d["tuples"])
+    levels = render.span_levels([Span(s.type, "", (s.start, s.end)) for s in shown])
+    colors = {t: (render.type_color(t), render.type_color(t, strong=True)) for t in {*types, *(s.type for s in shown)}}
+    event = span_picker(text, shown, types, colors, [levels[n] for n in range(len(shown))], key=key,
+                        version=d["version"])
+    try:
+        pick = read_pick(event, text, shown, types)
+    except InputError as e:
+        st.error(f"The span picker: {render.md_text(e)}")
+        return False
+    if pick is None or st.session_state.get(PICKED) == pick.id:
+        return False
+    st.session_state[PICKED] = pick.id
+    if pick.op == "accept":
+        return True
+    found, refused = pick_actions(pick, doc, d["tuples"], reads)
+    if refused:
+        st.warning(render.md_text(refused))
+    actions.extend(found)
+    return False
+
+
 def _add_form(d: dict, doc: Document, reads: Reads, actions: list) -> None:
     types = allowed_types(doc, [], 0, reads)
     with st.form(_key(d, "add"), border=True):
-        st.markdown("**Add an extraction**")
+        st.markdown("**Add an extraction by its text** (the keyboard's way; the picker above takes the mouse)")
         cols = st.columns([2, 3, 1])
         type_name = cols[0].selectbox("Type", types, key=_key(d, "add-type")) if types else \
             cols[0].text_input("Type", key=_key(d, "add-type"))
@@ -247,7 +306,7 @@ def _apply(d: dict, actions: list, text: str) -> None:
     d["version"] += 1
 
 
-def _save(store, d: dict, run_id: int, model: str, position: int, doc: Document) -> None:
+def _save(store, d: dict, run_id: int, model: str, position: int, doc: Document, accept: bool = False) -> None:
     st.markdown("**Save as a gold example**")
     output = [[dict(e) for e in t] for t in d["tuples"]]
     found = problems(doc.text, d["tuples"])
@@ -275,7 +334,10 @@ def _save(store, d: dict, run_id: int, model: str, position: int, doc: Document)
                                help=f"Datasets of {model} examples")
     name = cols[1].text_input("Name of the new dataset", key="gold_new_dataset",
                               disabled=choice != NEW_DATASET, placeholder="e.g. news-ner")
-    if cols[2].button("Save as gold example", type="primary", key="gold_save", disabled=bool(found)):
+    clicked = cols[2].button("Save as gold example", type="primary", key="gold_save", disabled=bool(found))
+    if accept and found:
+        st.error("The draft cannot be saved yet: " + render.md_text(found[0]))
+    if clicked or (accept and not found):
         target = name if choice == NEW_DATASET else choice
         try:
             example_id, created = store.save_gold_example(target, model, gold_document(run_id, doc), output,
