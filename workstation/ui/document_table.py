@@ -22,7 +22,8 @@ def _type_counts(_store, db: str, run_id: int, where: DocumentFilter) -> dict[st
 def filters(store, run_id: int, key: str) -> DocumentFilter:
     """The filter row above the table."""
     c = st.columns([3, 3, 3, 2])
-    types = c[0].multiselect("Types", store.span_types(run_id), key=f"{key}-types",
+    every_type = list(_type_counts(store, str(store.path), run_id, DocumentFilter()))
+    types = c[0].multiselect("Types", every_type, key=f"{key}-types",
                              placeholder="any type", help="Documents with at least one span of these types.")
     low_high = c[1].slider("Lowest confidence", 0.0, 1.0, FULL_RANGE, step=0.01, key=f"{key}-confidence",
                            help="Documents whose least confident span lies in this range (narrow it to find the "
