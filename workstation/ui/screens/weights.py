@@ -59,13 +59,14 @@ st.caption("The official checkpoints, fetched with the hubs' own clients into "
 for name, fam in state.families().items():
     if not fam.needs_weights:
         continue
-    st.subheader(name)
+    st.subheader(render.md_text(name))
     current = weights_in_use(fam, settings, check=False)
     loads, detail = _loads(name, str(current.path), _stamp(current.path))
-    kind = "**random demo weights** (outputs are meaningless)" if current.demo else f"from {render.md_text(current.source)}"
-    st.markdown(f"In use: {render.md_code(current.path)} — {kind}"
+    st.markdown(f"In use: {render.md_code(current.path)} — "
+                + ("**random demo weights** (outputs are meaningless)" if current.demo
+                   else f"from {render.md_text(current.source)}")
                 + (f", revision {render.md_code(current.revision)}" if current.revision else "")
-                + f", {human_bytes(current.size)}")
+                + f", {render.md_text(human_bytes(current.size))}")
     (st.success if loads else st.error)(render.md_text(detail), icon=":material/check:" if loads else ":material/error:")
 
     official = fam.official
@@ -76,7 +77,7 @@ for name, fam in state.families().items():
             running = fetches.running(name)
             left, right = st.columns([3, 1])
             left.caption(f"Official: {render.md_code(official.repo_id)} at {render.md_code(official.revision)} "
-                         f"({official.hub})")
+                         f"({render.md_text(official.hub)})")
             if running:
                 if right.button("Cancel", key=f"cancel:{name}"):
                     fetches.cancel(name)
@@ -95,7 +96,7 @@ for name, fam in state.families().items():
                         + (" · checking the files and a strict load" if stage == "checking" else ""))
                 st.progress(min(1.0, done / total) if total else 0.0, text=text)
             elif stage == "done":
-                st.success(f"Downloaded and checked; {name} now uses {render.md_code(status['path'])}",
+                st.success(f"Downloaded and checked; {render.md_text(name)} now uses {render.md_code(status['path'])}",
                            icon=":material/check:")
                 if st.session_state.get(f"switched:{name}") != status["path"]:
                     st.session_state[f"switched:{name}"] = status["path"]
