@@ -47,6 +47,27 @@ def test_a_write_from_another_origin_is_refused_and_creates_nothing(client):
     assert history(client) == before
 
 
+def test_a_page_whose_name_was_re_pointed_at_this_server_is_refused(client):
+    # DNS rebinding: evil.example now resolves to this machine, so its page's Origin and Host agree; they do
+    # not name the address the request came in on (TestClient's is testserver:80), nor a loopback name.
+    before = history(client)
+    rebound = {**FORM, "Origin": "http://rebound.example", "Host": "rebound.example"}
+    refused(upload(client, headers=rebound), 403, "cross_origin")
+    refused(client.post("/v1/extract", json=extract_body(), headers=rebound), 403, "cross_origin")
+    assert history(client) == before
+
+
+def test_with_a_token_the_name_the_browser_used_is_this_server(make_client, api_settings):
+    # Off loopback a token is required, so a page under the server's own name may write (DNS rebinding
+    # cannot get past the token); another origin still may not.
+    api_settings.api.token = "a-long-enough-api-token"
+    client = make_client(api_settings)
+    named = {"Authorization": "Bearer a-long-enough-api-token", "Origin": "http://ie.example.org",
+             "Host": "ie.example.org"}
+    assert upload(client, headers=named).status_code == 202
+    refused(upload(client, headers={**named, "Origin": "http://other.example.org"}), 403, "cross_origin")
+
+
 def test_a_browser_marked_cross_site_request_without_an_origin_is_refused(client):
     before = history(client)
     for site in ("cross-site", "same-site"):

@@ -87,7 +87,8 @@ class Guard:
                 and not self._authorized(headers.get("authorization", "")):
             return await _json_error(401, "unauthorized", "send the API token as 'Authorization: Bearer TOKEN'",
                                      headers={"WWW-Authenticate": "Bearer"})(scope, receive, send)
-        refused = origins.refusal(scope["method"], headers, scope.get("scheme", "http"), self.cors_origins)
+        refused = origins.refusal(scope["method"], headers, scope.get("scheme", "http"), self.cors_origins,
+                                  scope.get("server"), bool(self.token))
         if refused:
             return await _json_error(403, *refused)(scope, receive, send)
         declared = headers.get("content-length", "")
