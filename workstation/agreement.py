@@ -17,6 +17,11 @@ Two ways of matching, both one-to-one:
 What is left over is a disagreement: a boundary (same type, overlapping spans), a type (same offsets
 or both labels, another type), or a mention only one run made. A SeqGPT span not found in the text has no offsets
 and never matches.
+
+The label set is what the documents asked for (a label list, or every key of a schema), both runs' together.
+A generative model may still write a label outside it (SeqGPT keeps it under the name it wrote): such a
+mention is no type of the task, so it is no type row and no disagreement to decide; it is kept apart
+(`outside`) and counted only under all types, where it lowers its run's precision as any wrong mention does.
 """
 from __future__ import annotations
 
@@ -106,6 +111,8 @@ class DocumentAgreement:
     b: list[Mention] = field(default_factory=list)
     position_a: int = 0                 # where the document is in each run
     position_b: int = 0
+    outside_a: list[Mention] = field(default_factory=list)     # mentions whose type is outside the label set
+    outside_b: list[Mention] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -142,11 +149,12 @@ class Agreement:
     per_type: dict[str, Counts]
     only_in_a: list[str] = field(default_factory=list)     # ids of documents that only one run has
     only_in_b: list[str] = field(default_factory=list)
+    outside: dict[str, Counts] = field(default_factory=dict)   # per type outside the label set (never matched)
 
     @property
     def overall(self) -> Counts:
         total = Counts()
-        for c in self.per_type.values():
+        for c in (*self.per_type.values(), *self.outside.values()):
             total.add(c)
         return total
 
@@ -157,9 +165,9 @@ class Agreement:
         return [self.documents[i] for i in order]
 
     def rows(self) -> list[dict]:
-        """One table row per type and a last one for all types."""
+        """One table row per type of the label set and a last one for all types (those outside it included)."""
         rows = [{"type": t, **c.scores()} for t, c in sorted(self.per_type.items())]
-        if rows:
+        if rows or self.outside:
             rows.append({"type": "(all types)", **self.overall.scores()})
         return rows
 
@@ -234,21 +242,56 @@ def pair_documents(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Docum
     return pairs, only_a, only_b
 
 
+def label_set(document: Document) -> set[str] | None:
+    """The types a document asked for: its labels, or every key of its schema at any depth (relation and
+    event arguments included); None when it names none (then no type is outside)."""
+    if document.labels is not None:
+        return {str(x) for x in document.labels}
+    if not isinstance(document.schema, dict):
+        return None
+    found: set[str] = set()
+    levels = [document.schema]
+    while levels:
+        level = levels.pop()
+        for key, below in level.items():
+            found.add(str(key))
+            if isinstance(below, dict):
+                levels.append(below)
+    return found
+
+
+def split_outside(found: list[Mention], allowed: set[str] | None) -> tuple[list[Mention], list[Mention]]:
+    """(the mentions whose type is in the label set, those outside it)."""
+    if allowed is None:
+        return found, []
+    return [m for m in found if m.type in allowed], [m for m in found if m.type not in allowed]
+
+
 def agreement(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, Result]],
               type_map: Mapping[str, str] | None = None) -> Agreement:
     """Run B measured against run A over the documents both have (items as in `RunDetail.items`)."""
     pairs, only_a, only_b = pair_documents(a, b)
     per_type: dict[str, Counts] = defaultdict(Counts)
+    outside: dict[str, Counts] = defaultdict(Counts)
     documents = []
     for i, j in pairs:
         (doc_a, res_a), (doc_b, res_b) = a[i], b[j]
-        doc, counts = compare_document(str(doc_a.id), plain_text(doc_a.text), mentions(doc_a.text, res_a),
-                                       mentions(doc_b.text, res_b, type_map))
+        set_a, set_b = label_set(doc_a), label_set(doc_b)
+        set_b = None if set_b is None else {(type_map or {}).get(t, t) for t in set_b}
+        allowed = None if set_a is None and set_b is None else (set_a or set()) | (set_b or set())
+        in_a, out_a = split_outside(mentions(doc_a.text, res_a), allowed)
+        in_b, out_b = split_outside(mentions(doc_b.text, res_b, type_map), allowed)
+        doc, counts = compare_document(str(doc_a.id), plain_text(doc_a.text), in_a, in_b)
         doc.position_a, doc.position_b = i, j
+        doc.outside_a, doc.outside_b = out_a, out_b
         documents.append(doc)
         for t, c in counts.items():
             per_type[t].add(c)
-    return Agreement(documents, dict(per_type), only_a, only_b)
+        for m in out_a:
+            outside[m.type].a += 1
+        for m in out_b:
+            outside[m.type].b += 1
+    return Agreement(documents, dict(per_type), only_a, only_b, dict(outside))
 
 
 def gold_output(chosen: Iterable[Mention], document: Document) -> list[list[dict]]:

@@ -72,6 +72,15 @@ def options(d: Disagreement) -> list[str]:
     return usable + [NEITHER]
 
 
+def keep_all(doc: DocumentAgreement, side: str) -> list[str]:
+    """The decisions that make one model's output the gold: its version of every disagreement where it has
+    one that can be gold, neither where it has none (the other model's mention only, or a generated span
+    not found in the text)."""
+    if side not in ("A", "B"):
+        raise ValueError(f"side {side!r}: use A or B")
+    return [side if side in options(d) else NEITHER for d in doc.disagreements]
+
+
 def decided(doc: DocumentAgreement, choices: Sequence[str | None]) -> tuple[list[Mention], int]:
     """(what both agreed on plus each chosen version, how many disagreements are still undecided)."""
     if len(choices) != len(doc.disagreements):

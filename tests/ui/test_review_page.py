@@ -61,7 +61,8 @@ def test_review_queue_decisions_fill_the_gold_draft_and_save_an_example(app):
     assert ">Paris</mark>" in drawn and ">Bob</mark>" in drawn
     # only A: Paris; only B: Bob -- nothing decided yet, so the draft holds what both found
     assert at.session_state["gold_draft"]["tuples"] == [[{"type": "Alice", "span": "Alice", "offset": [0, 5]}]]
-    at.radio(key="review-choice-%d-%d-0-0" % (a, b)).set_value("B")    # keep Bob (B's)
+    at.radio(key="review-choice-%d-%d-0-0" % (a, b)).set_value("B").run()   # keep Bob (B's)
+    button(at, "Next").click().run()                                    # one card open at a time
     at.radio(key="review-choice-%d-%d-0-1" % (a, b)).set_value("neither").run()   # reject Paris (A's)
     assert not at.exception
     assert [t[0]["span"] for t in at.session_state["gold_draft"]["tuples"]] == ["Alice", "Bob"]
@@ -136,23 +137,76 @@ def test_tune_save_and_apply_thresholds_from_extract(app):
     assert store.get_run(strict).items[0][1].tuples == store.get_run(plain).items[0][1].tuples   # 0.75 >= 0.75
 
 
-def test_decisions_survive_paging_through_many_disagreements(app):
-    at = app.run()
-    text = " ".join(["Alice"] * 25)
-    a = extract(at, text, {"Alice": None})
-    b = extract(at, text, {"Bob": None})                                 # 25 disagreements, all "only A"
+def review_pair(at, a: int, b: int) -> None:
     at.switch_page("screens/review.py").run()
     at.selectbox(key="review_run_a").set_value(a)
     at.selectbox(key="review_run_b").set_value(b).run()
     button(at, "Review these runs").click().run()
+    assert not at.exception
+
+
+def spans(at) -> list[str]:
+    return [t[0]["span"] for t in at.session_state["gold_draft"]["tuples"]]
+
+
+def test_decisions_survive_moving_between_disagreements_and_the_list_stays_one_card_long(app):
+    at = app.run()
+    text = " ".join(["Alice"] * 25)
+    a = extract(at, text, {"Alice": None})
+    b = extract(at, text, {"Bob": None})                                 # 25 disagreements, all "only A"
+    review_pair(at, a, b)
     choice = "review-choice-%d-%d-0-%d"
+    assert [r.key for r in at.radio if r.key.startswith("review-choice")] == [choice % (a, b, 0)]
+    assert len(frame(at, "kept")) == 25                                  # one line each in the list
     at.radio(key=choice % (a, b, 0)).set_value("A").run()
-    assert not any(r.key == choice % (a, b, 20) for r in at.radio)      # 20 a page
-    at.number_input(key=f"review-page-{a}-{b}-0").set_value(2).run()
-    at.radio(key=choice % (a, b, 20)).set_value("A").run()
-    at.number_input(key=f"review-page-{a}-{b}-0").set_value(1).run()
+    button(at, "Next undecided").click().run()
+    at.radio(key=choice % (a, b, 1)).set_value("neither").run()
+    button(at, "Next").click().run()
+    assert at.radio(key=choice % (a, b, 2)).value is None
+    button(at, "Previous").click().run()
+    button(at, "Previous").click().run()
     assert at.radio(key=choice % (a, b, 0)).value == "A"
-    assert [t[0]["offset"] for t in at.session_state["gold_draft"]["tuples"]] == [[0, 5], [120, 125]]
+    assert list(frame(at, "kept")["kept"][:3]) == ["A's", "neither", ""]
+    assert [t[0]["offset"] for t in at.session_state["gold_draft"]["tuples"]] == [[0, 5]]
+
+
+def test_keep_all_of_a_or_of_b_decides_the_whole_document_at_once(app):
+    at = app.run()
+    a, b = two_runs(at)                                                  # A: Alice, Paris; B: Alice, Bob
+    review_pair(at, a, b)
+    assert spans(at) == ["Alice"]
+    button(at, "Keep all of B (fakeie)").click().run()
+    assert not at.exception and spans(at) == ["Alice", "Bob"]           # Bob kept, Paris (A's only) left out
+    assert at.radio(key="review-choice-%d-%d-0-0" % (a, b)).value == "B"   # the open card shows it
+    assert list(frame(at, "kept")["kept"]) == ["B's", "neither"]
+    button(at, "Keep all of A (fakeie)").click().run()
+    assert spans(at) == ["Alice", "Paris"]
+    assert at.radio(key="review-choice-%d-%d-0-0" % (a, b)).value == "neither"
+    button(at, "Clear the decisions").click().run()
+    assert spans(at) == ["Alice"] and at.radio(key="review-choice-%d-%d-0-0" % (a, b)).value is None
+    assert "2 disagreement(s) undecided" in " ".join(c.value for c in at.caption)
+
+
+def test_a_label_outside_the_label_set_is_no_type_row_and_is_shown_apart(app):
+    from contracts.domain import Document, Result, Span
+    from tests.storage.sample_runs import make_report
+    at = app.run()
+    store = state.store()
+    text = "Alice met Bob."
+    doc = Document("1", text, task="ext", labels=["person"])
+    a = store.record_run(make_report([Result("1", [[Span("person", "Alice", (0, 5))]])], model="fakeie"), [doc], "ui")
+    b = store.record_run(make_report([Result("1", [[Span("person", "Alice", (0, 5))], [Span("pet", "Bob", (10, 13))]])],
+                                     model="fakegen"), [doc], "ui")
+    review_pair(at, a, b)
+    table = frame(at, "precision (exact)")
+    assert list(table["type"]) == ["person", "(all types)"]             # "pet" is no type of this task
+    overall = table.to_dict("records")[-1]
+    assert (overall["A"], overall["B"], overall["precision (exact)"]) == (1, 2, 0.5)   # but it still counts
+    notes = " ".join(c.value for c in at.caption)
+    assert "Outside the label set" in notes and "B wrote “pet” ×1" in notes
+    assert list(frame(at, "disagreements")["disagreements"]) == [0]    # nothing to decide
+    assert not any(r.key.startswith("review-choice") for r in at.radio)
+    assert ">Bob</mark>" in "".join(h.value for h in at.get("html") if "B: " in h.value)
 
 
 def test_a_rerun_applies_the_thresholds_its_run_recorded(app):

@@ -5,8 +5,8 @@ import pytest
 
 from contracts.domain import Document, InputError, Result, Span
 from tests.ui.fake_plugin import FakeFamily, FakeLabelsFamily
-from workstation.agreement import agreement
-from workstation.review import NEITHER, documents_for, gold_for, label_driven, options, split_types
+from workstation.agreement import agreement, label_set
+from workstation.review import NEITHER, documents_for, gold_for, keep_all, label_driven, options, split_types
 
 
 def test_types_split_on_commas_and_lines_once_each():
@@ -58,3 +58,32 @@ def test_decisions_become_the_agreed_spans_plus_each_chosen_version():
     assert gold_for(review, [None, None, None], doc) == [[{"type": "人物", "span": "张三", "offset": [0, 2]}]]
     with pytest.raises(ValueError):
         gold_for(review, ["A"], doc)
+
+
+def test_keeping_all_of_one_model_makes_its_output_the_gold():
+    doc, review = _disagreeing()             # only B (not in the text), boundary, only A
+    assert keep_all(review, "A") == [NEITHER, "A", "A"]
+    assert [t[0]["span"] for t in gold_for(review, keep_all(review, "A"), doc)] == ["张三", "北京", "李四"]
+    assert keep_all(review, "B") == [NEITHER, "B", NEITHER]      # B's 王五 has no place in the text
+    assert [t[0]["span"] for t in gold_for(review, keep_all(review, "B"), doc)] == ["张三", "北京见"]
+    with pytest.raises(ValueError):
+        keep_all(review, "C")
+
+
+def test_the_label_set_is_the_labels_or_every_schema_key_at_any_depth():
+    assert label_set(Document("1", "x", task="ext", labels=["人物", "地点"])) == {"人物", "地点"}
+    relation = Document("1", "x", schema={"人物": {"雇主(组织)": None}, "组织": {"成立于(时间)": {"地点": None}}})
+    assert label_set(relation) == {"人物", "雇主(组织)", "组织", "成立于(时间)", "地点"}
+    assert label_set(Document("1", "x")) is None
+
+
+def test_a_label_outside_the_label_set_is_apart_and_counts_only_under_all_types():
+    doc = Document("1", "张三在北京", task="ext", labels=["人物"])
+    a = Result("1", [[Span("人物", "张三", (0, 2))]])
+    b = Result("1", [[Span("人物", "张三", (0, 2))], [Span("城市", "北京", (3, 5))], [Span("城市", "北京", None)]])
+    result = agreement([(doc, a)], [(doc, b)])
+    assert set(result.per_type) == {"人物"} and [r["type"] for r in result.rows()] == ["人物", "(all types)"]
+    assert (result.outside["城市"].a, result.outside["城市"].b) == (0, 2)
+    assert result.overall.scores()["precision (exact)"] == pytest.approx(1 / 3)
+    [document] = result.documents
+    assert document.disagreements == [] and [m.text for m in document.outside_b] == ["北京", "北京"]

@@ -5,8 +5,20 @@ import pandas as pd
 import streamlit as st
 
 from workstation.agreement import Agreement
+from workstation.ui import render
 
 PERCENT = st.column_config.NumberColumn(format="percent")
+
+
+def outside_note(result: Agreement) -> str:
+    """The labels a run wrote outside the label set, apart from the type rows (plain text)."""
+    sides = []
+    for side in ("A", "B"):
+        named = [f"“{t}” ×{getattr(c, side.lower())}" for t, c in sorted(result.outside.items()) if getattr(c, side.lower())]
+        if named:
+            sides.append(f"{side} wrote " + ", ".join(named))
+    return ("Outside the label set (not types of this task, so no rows above; counted under all types): "
+            + "; ".join(sides) + ".")
 
 
 def agreement_table(result: Agreement, key: str) -> None:
@@ -20,6 +32,8 @@ def agreement_table(result: Agreement, key: str) -> None:
     st.caption("B measured against A: precision is the share of B's mentions A also made, recall the share of "
                "A's that B also made. Exact: the same type and offsets; overlap: the same type and overlapping "
                "offsets, matched one to one. A classification label matches the same label.")
+    if result.outside:
+        st.caption(render.md_text(outside_note(result)))
     skipped = len(result.only_in_a) + len(result.only_in_b)
     if skipped:
         st.caption(f"{skipped:,} document(s) are in only one of the runs (matched by id and text) and are not counted.")

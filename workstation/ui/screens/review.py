@@ -15,7 +15,6 @@ from workstation.ui import gold_editor, render, runs, state
 from workstation.ui.agreement_view import agreement_table
 
 PAIR = "review_pair"
-PAGE_SIZE = 20                          # disagreements drawn at a time
 
 st.title("Review")
 st.caption("Run two models on the same documents and review where they disagree, most disagreement first. "
@@ -139,32 +138,84 @@ def version_html(m: Mention | None) -> str:
     return render.legend_html([m.type]) + " " + render.covered_html(doc.text, m.start, m.end)
 
 
-st.markdown(f"**Disagreements** ({len(doc.disagreements)}; {len(doc.agreed)} mention(s) both models agree on are "
+DECIDED = {"A": "A's", "B": "B's", review.NEITHER: "neither"}
+
+
+def choice_key(n: int) -> str:
+    return f"review-choice-{A.id}-{B.id}-{doc.position_a}-{n}"
+
+
+def mention_text(m: Mention | None) -> str:
+    """A version in one line of the list: type and text (plain text)."""
+    if m is None:
+        return "—"
+    text = m.text if len(m.text) <= 40 else m.text[:40] + "…"
+    return f"{m.type}" if m.label else f"{m.type}: {text}"
+
+
+def set_all(base: tuple, keys: list[str], focused: int, chosen: list[str | None]) -> None:
+    """A bulk decision (keep all of A, of B, or clear): every disagreement of the document at once; the one
+    radio on the page is told too, since a drawn radio keeps its own value."""
+    for n, c in enumerate(chosen):
+        decisions[(*base, n)] = c
+    if 0 <= focused < len(keys):
+        st.session_state[keys[focused]] = chosen[focused]
+
+
+def move(base: tuple, to: int) -> None:
+    st.session_state["review_focus"][base] = to
+
+
+# Decisions live in session state of their own: a radio that is not drawn (another disagreement, another
+# document) loses its widget state, and the decision must not go with it.
+decisions = st.session_state.setdefault("review_decisions", {})
+base = (A.id, B.id, doc.position_a)       # ids may repeat in a run; positions do not
+total = len(doc.disagreements)
+st.markdown(f"**Disagreements** ({total:,}; {len(doc.agreed):,} mention(s) both models agree on are "
             "kept as they are)")
 if not doc.disagreements:
     st.success("Both models extracted the same from this document.")
-# Decisions live in session state of their own: a radio that is not drawn (another page of disagreements,
-# another document) loses its widget state, and the decision must not go with it.
-decisions = st.session_state.setdefault("review_decisions", {})
-base = (A.id, B.id, doc.position_a)       # ids may repeat in a run; positions do not
-pages = max(1, -(-len(doc.disagreements) // PAGE_SIZE))
-page = 1
-if pages > 1:
-    page = st.number_input(f"Page of disagreements (of {pages})", 1, pages, 1,
-                           key=f"review-page-{A.id}-{B.id}-{doc.position_a}")
-for n in range((page - 1) * PAGE_SIZE, min(page * PAGE_SIZE, len(doc.disagreements))):
-    dis = doc.disagreements[n]
+else:
+    keys = [choice_key(n) for n in range(total)]
+    focus = min(st.session_state.setdefault("review_focus", {}).get(base, 0), total - 1)
+    bulk = st.columns(3)
+    for col, side, summary in ((bulk[0], "A", A), (bulk[1], "B", B)):
+        col.button(f"Keep all of {side} ({summary.model})", key=f"review-keep-{side}-{A.id}-{B.id}-{doc.position_a}",
+                   on_click=set_all, args=(base, keys, focus, review.keep_all(doc, side)),
+                   help=f"The gold becomes {side}'s output for this document: {side}'s version of every "
+                        f"disagreement, neither where {side} has none.")
+    bulk[2].button("Clear the decisions", key=f"review-clear-{A.id}-{B.id}-{doc.position_a}",
+                   on_click=set_all, args=(base, keys, focus, [None] * total))
+    # The list stays short: one line per disagreement, and one card open at a time.
+    st.dataframe(pd.DataFrame([{
+        "": "▶" if n == focus else "", "#": n + 1, "kind": dis.kind, "A": mention_text(dis.a),
+        "B": mention_text(dis.b), "kept": DECIDED.get(decisions.get((*base, n)), ""),
+    } for n, dis in enumerate(doc.disagreements)]), hide_index=True, height=min(38 + 35 * total, 250),
+        key=f"review-list-{A.id}-{B.id}-{doc.position_a}")
+    nav = st.columns([1, 1, 1.4, 3])
+    nav[0].button("Previous", key="review-previous", disabled=focus == 0, on_click=move, args=(base, focus - 1))
+    nav[1].button("Next", key="review-next", disabled=focus == total - 1, on_click=move, args=(base, focus + 1))
+    waiting = [n for n in range(total) if decisions.get((*base, n)) is None and n != focus]
+    after = next((n for n in waiting if n > focus), waiting[0] if waiting else None)
+    nav[2].button("Next undecided", key="review-next-undecided", disabled=after is None, on_click=move,
+                  args=(base, after))
+    dis = doc.disagreements[focus]
     with st.container(border=True):
-        c = st.columns([1.1, 3, 3, 2.2])
-        c[0].markdown(f"**{render.md_text(dis.kind)}**")
-        c[1].html(version_html(dis.a))
-        c[2].html(version_html(dis.b))
+        st.markdown(f"**{focus + 1} of {total}** · {render.md_text(dis.kind)}")
+        c = st.columns([3, 3, 2.2])
+        c[0].html("A: " + version_html(dis.a))
+        c[1].html("B: " + version_html(dis.b))
         allowed = review.options(dis)
-        current = decisions.get((*base, n))
-        decisions[(*base, n)] = c[3].radio(
-            "Keep", allowed, index=allowed.index(current) if current in allowed else None, horizontal=True,
-            key=f"review-choice-{A.id}-{B.id}-{doc.position_a}-{n}", label_visibility="collapsed",
-            format_func=lambda o: {"A": "A's", "B": "B's", review.NEITHER: "neither"}[o])
+        current = decisions.get((*base, focus))
+        # A radio already on the page shows its own value; a new one starts from the decision.
+        index = None if keys[focus] in st.session_state or current not in allowed else allowed.index(current)
+        decisions[(*base, focus)] = c[2].radio("Keep", allowed, index=index, horizontal=True, key=keys[focus],
+                                               label_visibility="collapsed", format_func=DECIDED.__getitem__)
+outside = [("A", m) for m in doc.outside_a] + [("B", m) for m in doc.outside_b]
+if outside:
+    st.caption("Outside the label set: a label the model wrote that is not one of the task's types. It is no "
+               "type of this review and cannot be kept as gold.")
+    st.html("<br>".join(f"{side}: " + version_html(m) for side, m in outside))
 choices = [decisions.get((*base, n)) for n in range(len(doc.disagreements))]
 undecided = sum(c is None for c in choices)
 if undecided:
