@@ -146,8 +146,10 @@ def run_tests(pytest_args: list[str]) -> int:
 
 def run_ui() -> int:
     ensure_demo_weights(load_settings())
-    # One process for the server and the batch-job runner (workstation/ui/server.py says why).
-    return subprocess.call([sys.executable, "-m", "workstation.ui.server"], cwd=ROOT)
+    # One process for the server and the batch-job runner (workstation/ui/server.py says why). Stopping the
+    # launcher stops it too, and waits for it: nothing is left holding the port.
+    from workstation.child_process import run_child
+    return run_child([sys.executable, "-m", "workstation.ui.server"], cwd=ROOT)
 
 
 def ensure_demo_weights(settings) -> None:
