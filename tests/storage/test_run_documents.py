@@ -109,3 +109,14 @@ def test_snippet_cuts_long_text_around_the_first_match_case_insensitively():
     assert in_text and pieces == [("…", False), ("aaaaa", False), ("Beijing", True), ("bbbbb…", False)]
     pieces, _ = snippet("<b>x</b> & y", ["x"])
     assert pieces == [("<b>", False), ("x", True), ("</b> & y", False)]     # plain text: the UI escapes it
+
+
+def test_document_positions_then_rows_page_through_a_filter_read_once(big_run):
+    store, run_id = big_run
+    places = store.document_positions(run_id, DocumentFilter(types=("地点",)))
+    assert places == list(range(0, 30, 3))
+    rows = store.document_rows(run_id, places[2:4])
+    assert [(r.position, r.spans, r.min_confidence) for r in rows] == [(6, {"人物": 1, "地点": 1}, 0.5),
+                                                                      (9, {"人物": 1, "地点": 1}, 0.5)]
+    assert rows == store.document_page(run_id, DocumentFilter(types=("地点",)), limit=2, offset=2).rows
+    assert store.document_positions(run_id) == list(range(30)) and store.document_rows(run_id, []) == []

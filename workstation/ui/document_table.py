@@ -19,6 +19,12 @@ def _type_counts(_store, db: str, run_id: int, where: DocumentFilter) -> dict[st
     return _store.document_page(run_id, where, limit=0).types
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _positions(_store, db: str, run_id: int, where: DocumentFilter) -> list[int]:
+    # Paging through a filtered large run reads its spans once, not once per page.
+    return _store.document_positions(run_id, where)
+
+
 def filters(store, run_id: int, key: str) -> DocumentFilter:
     """The filter row above the table."""
     c = st.columns([3, 3, 3, 2])
@@ -52,8 +58,8 @@ def document_table(store, run_id: int, documents: int, key: str) -> int | None:
     if st.session_state.get(f"{key}-where") != where:        # a new filter starts again at page 1
         st.session_state[f"{key}-where"] = where
         st.session_state[page_key] = 1
-    first = store.document_page(run_id, where, limit=0, with_types=False)
-    pages = max((first.total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
+    passing = _positions(store, str(store.path), run_id, where)
+    pages = max((len(passing) + PAGE_SIZE - 1) // PAGE_SIZE, 1)
     left, right = st.columns([3, 2])
     with right:
         if types:
@@ -63,24 +69,24 @@ def document_table(store, run_id: int, documents: int, key: str) -> int | None:
         else:
             st.caption("No spans in the documents listed.")
     with left:
-        st.caption(f"{first.total:,} of {documents:,} document(s) pass the filters.")
+        st.caption(f"{len(passing):,} of {documents:,} document(s) pass the filters.")
         page = int(st.number_input(f"Page (of {pages:,})", 1, pages, key=page_key)) if pages > 1 else 1
-        shown = store.document_page(run_id, where, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, with_types=False)
-        if not shown.rows:
+        rows = store.document_rows(run_id, passing[(page - 1) * PAGE_SIZE:page * PAGE_SIZE])
+        if not rows:
             st.info("No document of this run passes these filters.")
             return st.session_state.get(opened_key(key))
-        type_columns = list(types) or sorted({t for r in shown.rows for t in r.spans})
+        type_columns = list(types) or sorted({t for r in rows for t in r.spans})
         table = st.dataframe(
-            table_frame(shown.rows, type_columns), hide_index=True, key=f"{key}-table", on_select="rerun",
-            selection_mode="single-row", height=min(38 + 35 * len(shown.rows), 420),
+            table_frame(rows, type_columns), hide_index=True, key=f"{key}-table", on_select="rerun",
+            selection_mode="single-row", height=min(38 + 35 * len(rows), 420),
             column_config={"lowest confidence": st.column_config.NumberColumn(format="%.3f"),
                            "characters": st.column_config.NumberColumn(format="%d")})
         picked = tuple(table.selection.rows)
         if picked != st.session_state.get(f"{key}-picked", ()):        # a click on a row opens that document
             st.session_state[f"{key}-picked"] = picked
-            if picked and picked[0] < len(shown.rows):
-                st.session_state[opened_key(key)] = shown.rows[picked[0]].position
-        position = st.session_state.get(opened_key(key), shown.rows[0].position)
+            if picked and picked[0] < len(rows):
+                st.session_state[opened_key(key)] = rows[picked[0]].position
+        position = st.session_state.get(opened_key(key), rows[0].position)
         st.caption(f"Showing document #{position + 1} below; click a row to open another.")
     return position
 
