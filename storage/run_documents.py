@@ -96,10 +96,15 @@ class RunDocuments:
             rows = s.execute(query.order_by(DocumentRecord.position)).all()
             return _rows(rows, _numbers(s, [r.id for r in rows]))
 
+    def span_counts(self, run_id: int, where: DocumentFilter = DocumentFilter()) -> dict[str, int]:
+        """type -> spans over the documents that pass `where`, the most frequent first (the table's chart)."""
+        passing = _passing(run_id, where).subquery()
+        with self._read() as s:
+            return _type_counts(s, select(passing.c.id))
+
     def span_types(self, run_id: int) -> list[str]:
         """Every type the run extracted, for the table's type filter."""
-        with self._read() as s:
-            return list(_type_counts(s, select(DocumentRecord.id).where(DocumentRecord.run_id == run_id)))
+        return list(self.span_counts(run_id))
 
     def run_document(self, run_id: int, position: int) -> tuple[Document, Result]:
         """One document of a run and its result, by position."""
@@ -110,16 +115,19 @@ class RunDocuments:
                 raise NotFound(f"run {run_id} has no document at position {position} (deleted?)")
             return stored_document(record), stored_result(record)
 
-    def search_documents(self, text: str, limit: int = 20, offset: int = 0) -> list[DocumentHit]:
+    def search_documents(self, text: str, limit: int = 20, offset: int = 0, model: str | None = None,
+                         task: str | None = None, since: datetime | None = None,
+                         until: datetime | None = None) -> list[DocumentHit]:
         """Documents of finished runs in which every word of `text` occurs (text, schema, labels or an
-        extracted span), the newest runs first, each with a snippet of its text around the first match."""
+        extracted span), the newest runs first, each with a snippet of its text around the first match.
+        model, task, since, until: of the run, as History's run filters."""
         words = text.split()
         if not words:
             return []
         query = (select(DocumentRecord.run_id, DocumentRecord.position, DocumentRecord.doc_id, DocumentRecord.text,
                         RunRecord.model, RunRecord.finished_at)
                  .join(RunRecord, RunRecord.id == DocumentRecord.run_id)
-                 .where(*_found(words))
+                 .where(*_found(words, model, task, since, until))
                  .order_by(RunRecord.finished_at.desc(), RunRecord.id.desc(), DocumentRecord.position)
                  .limit(limit).offset(offset))
         with self._read() as s:
@@ -127,12 +135,13 @@ class RunDocuments:
         return [DocumentHit(h.run_id, h.position, h.doc_id, h.model, h.finished_at, *snippet(h.text, words))
                 for h in hits]
 
-    def count_documents(self, text: str) -> int:
+    def count_documents(self, text: str, model: str | None = None, task: str | None = None,
+                        since: datetime | None = None, until: datetime | None = None) -> int:
         words = text.split()
         if not words:
             return 0
         query = (select(func.count(DocumentRecord.id)).join(RunRecord, RunRecord.id == DocumentRecord.run_id)
-                 .where(*_found(words)))
+                 .where(*_found(words, model, task, since, until)))
         with self._read() as s:
             return s.scalar(query) or 0
 
@@ -188,8 +197,17 @@ def documents_matching(term: str):
     return select(_search.c.rowid).where(condition)
 
 
-def _found(words: list[str]) -> list:
-    return [RunRecord.finished_at.is_not(None), *(DocumentRecord.id.in_(documents_matching(w)) for w in words)]
+def _found(words: list[str], model: str | None = None, task: str | None = None, since: datetime | None = None,
+           until: datetime | None = None) -> list:
+    conditions = [RunRecord.finished_at.is_not(None), *(DocumentRecord.id.in_(documents_matching(w)) for w in words)]
+    for attribute, value in ((RunRecord.model, model), (RunRecord.task, task)):
+        if value:
+            conditions.append(attribute == value)
+    if since is not None:
+        conditions.append(RunRecord.created_at >= since)
+    if until is not None:
+        conditions.append(RunRecord.created_at <= until)
+    return conditions
 
 
 def _spans():

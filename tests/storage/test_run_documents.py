@@ -120,3 +120,19 @@ def test_document_positions_then_rows_page_through_a_filter_read_once(big_run):
                                                                       (9, {"人物": 1, "地点": 1}, 0.5)]
     assert rows == store.document_page(run_id, DocumentFilter(types=("地点",)), limit=2, offset=2).rows
     assert store.document_positions(run_id) == list(range(30)) and store.document_rows(run_id, []) == []
+
+
+def test_search_documents_keeps_to_the_runs_model_and_task(store):
+    doc = Document("a", "张三在北京")
+    rex = store.record_run(make_report([Result("a")]), [doc], "ui", task="ner")
+    gen = store.record_run(make_report([Result("a")], model="seqgpt"), [doc], "ui", task="ext")
+    assert [h.run_id for h in store.search_documents("北京")] == [gen, rex]
+    assert [h.run_id for h in store.search_documents("北京", model="rexuninlu")] == [rex]
+    assert [h.run_id for h in store.search_documents("北京", task="ext")] == [gen]
+    assert store.count_documents("北京", model="seqgpt", task="ner") == 0
+
+
+def test_span_counts_count_the_spans_of_the_documents_that_pass(big_run):
+    store, run_id = big_run
+    assert store.span_counts(run_id) == {"人物": 30, "地点": 10}
+    assert store.span_counts(run_id, DocumentFilter(text="第1")) == {"人物": 11, "地点": 3}    # 1, 10-19; 12, 15, 18

@@ -16,7 +16,7 @@ FULL_RANGE = (0.0, 1.0)
 def _type_counts(_store, db: str, run_id: int, where: DocumentFilter) -> dict[str, int]:
     # A finished run's documents never change, so the chart's counts (the costly part on a large run)
     # are kept per run and filter. `db` keys the cache: tests and settings may point at another file.
-    return _store.document_page(run_id, where, limit=0).types
+    return _store.span_counts(run_id, where)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -106,17 +106,18 @@ def snippet_html(pieces) -> str:
     return f'<div class="iew-snippet" style="white-space:pre-wrap">{body}</div>'
 
 
-def document_hits(store, text: str, key: str) -> tuple[int, int] | None:
-    """Documents whose text, schema or spans hold every word of `text`, each with a snippet and an Open button.
-    Returns (run id, position) of the document whose button was pressed."""
-    total = store.count_documents(text)
+def document_hits(store, text: str, key: str, **runs) -> tuple[int, int] | None:
+    """Documents whose text, schema or spans hold every word of `text`, each with a snippet and an Open button;
+    `runs`: the run filters (model, task, since, until). Returns (run id, position) of the document whose
+    button was pressed."""
+    total = store.count_documents(text, **runs)
     if not total:
         return None
     with st.expander(f"{total:,} document(s) match", expanded=True):
         pages = (total + HITS_PER_PAGE - 1) // HITS_PER_PAGE
         page = int(st.number_input(f"Page of documents (of {pages:,})", 1, pages, key=f"{key}-page")) if pages > 1 else 1
         chosen = None
-        for hit in store.search_documents(text, limit=HITS_PER_PAGE, offset=(page - 1) * HITS_PER_PAGE):
+        for hit in store.search_documents(text, limit=HITS_PER_PAGE, offset=(page - 1) * HITS_PER_PAGE, **runs):
             cols = st.columns([6, 1])
             with cols[0]:
                 st.markdown(f"**Run {hit.run_id}** · document {render.md_text(hit.doc_id)} (#{hit.position + 1}) · "

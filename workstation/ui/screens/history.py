@@ -60,7 +60,8 @@ page = st.number_input(f"Page (of {pages})", 1, pages, 1, key="history_page") if
 found = store.search_runs(**filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
 st.caption(f"{total:,} run(s) match, the latest finished first.")
 if text and text.strip():
-    hit = document_table.document_hits(store, text, key="history_hits")
+    hit = document_table.document_hits(store, text, key="history_hits", model=filters["model"],
+                                       task=filters["task"], since=since, until=until)
     if hit is not None:
         st.session_state["history_view"] = ("open", hit[0])
         st.session_state[document_table.opened_key(f"history-docs-{hit[0]}")] = hit[1]
