@@ -207,3 +207,9 @@ def test_an_error_message_holding_a_lone_surrogate_is_still_sent():
     from workstation.api.app import _json_error
     response = _json_error(400, "invalid_input", "key \ud800 is bad")
     assert json.loads(response.body)["error"]["message"] == "key \\ud800 is bad"
+
+
+def test_the_openapi_docs_offer_the_upload_header(client):
+    # So /docs' "Try it out" can send an upload, and a generated client knows the header exists.
+    parameters = client.get("/openapi.json").json()["paths"]["/v1/jobs"]["post"]["parameters"]
+    assert [(p["name"], p["in"]) for p in parameters] == [("X-IEW-Request", "header")]

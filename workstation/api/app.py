@@ -46,6 +46,9 @@ MAX_ID = 2**63 - 1                                      # SQLite INTEGER: larger
 OPEN_PATHS = {"/health", "/ls", "/ls/", "/ls/health", "/docs", "/docs/oauth2-redirect", "/openapi.json"}
 EXPORT_NAMES = {"xlsx": "excel"}                       # the API's format name -> the exporter's
 UPLOAD_SUFFIXES = (".jsonl", ".json", ".csv", ".txt")
+FORM_HEADER = {"name": "X-IEW-Request", "in": "header", "required": False, "schema": {"type": "string", "example": "1"},
+               "description": "required with a multipart upload unless the token is sent: no form of another web "
+                              "page can send it (docs/api.md, Security)"}
 
 
 class ApiError(Exception):
@@ -282,7 +285,8 @@ def _routes(app: FastAPI, state: ApiState) -> None:
                 "demo": report.demo, "optimizations": report.optimizations, "shared_pass": extraction.shared_with,
                 "wall_seconds": report.wall_seconds, "results": [r.to_json() for r in report.results]}
 
-    @app.post("/v1/jobs", tags=["jobs"], status_code=202, openapi_extra={"requestBody": {"required": True, "content": {
+    @app.post("/v1/jobs", tags=["jobs"], status_code=202, openapi_extra={"parameters": [FORM_HEADER],
+                                                                       "requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": "#/components/schemas/ExtractRequest"}},
         "multipart/form-data": {"schema": {"type": "object", "required": ["file", "model"], "properties": {
             "file": {"type": "string", "format": "binary", "description": "JSONL, CSV (a text column) or TXT"},
