@@ -253,7 +253,7 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
             done_lines: dict[str, list[int]]) -> None:
     started_here = connect(job.address)
     try:
-        workers, gpus, cpus = workers_and_gpus(job, local=started_here and not job.address)
+        workers, gpus, cpus = workers_and_gpus(job, local=not job.address)
     except BaseException:
         if started_here:
             disconnect()
