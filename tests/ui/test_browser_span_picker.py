@@ -4,15 +4,25 @@ nothing selected saves the draft. The text starts with an emoji (two UTF-16 unit
 an offset the page sends without conversion would save the wrong characters.
 
 The run is recorded into the store before the server starts; the server is the one `launcher.py` starts
-(tests/ui/test_browser_e2e.py).
+(tests/ui/test_browser_e2e.py). The screenshot of the picker goes to the test's tmp dir, or to IEW_SCREENSHOTS.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from tests.ui.test_browser_e2e import CHROMIUM, CHROMIUM_ARGS, click, go, running_server, settle, write_server_settings
+from tests.ui.test_browser_e2e import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    ROOT,
+    click,
+    go,
+    running_server,
+    settle,
+    write_server_settings,
+)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
@@ -99,6 +109,11 @@ def test_mouse_selection_and_a_type_key_add_a_span_and_delete_removes_one(tmp_pa
 
         drag_across(page, "李四")
         picker.get_by_text("Selected “李四”").wait_for()
+        folder = Path(os.environ.get("IEW_SCREENSHOTS") or tmp_path / "screenshots")
+        folder = folder if folder.is_absolute() else ROOT / folder
+        folder.mkdir(parents=True, exist_ok=True)
+        page.locator("iframe[src*='span_picker']").evaluate("frame => frame.scrollIntoView({block: 'center'})")
+        page.screenshot(path=str(folder / "gold-editor.png"))               # the picker with a selection
         page.keyboard.press("1")                                                 # 人物
         settle(page)
         assert picker.locator(".chip").count() == 2

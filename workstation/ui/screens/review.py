@@ -191,7 +191,9 @@ else:
         "": "▶" if n == focus else "", "#": n + 1, "kind": dis.kind, "A": mention_text(dis.a),
         "B": mention_text(dis.b), "kept": DECIDED.get(decisions.get((*base, n)), ""),
     } for n, dis in enumerate(doc.disagreements)]), hide_index=True, height=min(38 + 35 * total, 250),
-        key=f"review-list-{A.id}-{B.id}-{doc.position_a}")
+        key=f"review-list-{A.id}-{B.id}-{doc.position_a}",
+        column_config={"": st.column_config.TextColumn(width=28), "#": st.column_config.NumberColumn(width=48),
+                       "kind": st.column_config.TextColumn(width=90), "kept": st.column_config.TextColumn(width=80)})
     nav = st.columns([1, 1, 1.4, 3])
     nav[0].button("Previous", key="review-previous", disabled=focus == 0, on_click=move, args=(base, focus - 1))
     nav[1].button("Next", key="review-next", disabled=focus == total - 1, on_click=move, args=(base, focus + 1))
