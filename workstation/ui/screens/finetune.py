@@ -18,7 +18,7 @@ from contracts.domain import InputError
 from storage.repository import NotFound
 from workstation import plugins
 from workstation.training_runs import TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output, log_tail
-from workstation.ui import gpu, render, state
+from workstation.ui import cautions, gpu, render, state
 
 OTHER = "(another directory…)"
 EVAL_MODES = {"train": "the training data", "dataset": "another dataset", "split": "a held-out share of it"}
@@ -68,6 +68,14 @@ def new_run_form() -> None:
         return
     train = cols[2].selectbox("Training dataset", list(datasets), key=f"ft_train:{model}",
                               format_func=lambda i: f"{datasets[i].name} ({datasets[i].examples} examples)")
+
+    base_fam = fams[model]
+    for caution in (cautions.tiny_dataset(datasets[train].examples, cautions.TINY_FOR_FINETUNE,
+                                          "a fine-tune on it and its scores"),
+                    cautions.demo_weights("a fine-tune of them and its scores")
+                    if base and Path(base).is_dir() and base_fam.is_demo(Path(base)) else None):
+        if caution:
+            st.warning(caution, icon=":material/warning:")
 
     cols = st.columns(3)
     mode = cols[0].radio("Evaluate on", list(EVAL_MODES), format_func=EVAL_MODES.get, key="ft_eval_mode",

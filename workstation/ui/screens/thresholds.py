@@ -7,7 +7,7 @@ import streamlit as st
 from contracts.domain import InputError, WeightsError
 from workstation import thresholds
 from workstation.thresholds import TypeTuning
-from workstation.ui import render, runs, state
+from workstation.ui import cautions, render, runs, state
 from workstation.ui.threshold_view import curves_chart, tuning_table
 
 TUNED = "thresholds_tuned"
@@ -43,6 +43,11 @@ if not datasets:
     st.stop()
 chosen_id = st.selectbox("Dataset", list(datasets), key="thresholds_dataset",
                          format_func=lambda i: f"{datasets[i].name} ({datasets[i].examples} examples)")
+for caution in (cautions.tiny_dataset(datasets[chosen_id].examples, cautions.TINY_FOR_THRESHOLDS,
+                                        "thresholds tuned on it"),
+                cautions.demo_weights("thresholds tuned on them") if demo else None):
+    if caution:
+        st.warning(caution, icon=":material/warning:")
 if st.button("Tune", type="primary"):
     examples = store.gold_examples(chosen_id)
     try:
