@@ -134,10 +134,13 @@ class HuggingFace(Hub):
         call). Not snapshot_download: from 1.x it writes each file to a temporary name of its own and deletes
         it on failure (file_download._download_to_tmp_and_move), so an interrupted fetch would start over.
         Here the partial file keeps one name, FILE.incomplete, and the next fetch asks for the rest (a Range)."""
-        from huggingface_hub import hf_hub_url
+        from huggingface_hub import constants, hf_hub_url
         from huggingface_hub.file_download import http_get
         from huggingface_hub.utils import build_hf_headers, disable_progress_bars
         disable_progress_bars()                 # our own bar counts the bytes on disk (fetch.Progress)
+        # Bytes reach the file a chunk at a time (10 MiB by default): at 1 MiB, as ModelScope's client writes,
+        # the bar moves steadily and an interruption loses at most 1 MiB.
+        constants.DOWNLOAD_CHUNK_SIZE = min(constants.DOWNLOAD_CHUNK_SIZE, 1 << 20)
         try:
             for f in listing.files:
                 target = folder / f.name
