@@ -219,3 +219,19 @@ def test_a_slow_run_shows_progress_and_cancel_stops_it_without_recording(app, mo
     assert any("Cancelled after" in i.value for i in at.info)
     assert state.store().count_runs() == 0
     assert "extract_run_id" not in at.session_state
+
+
+def test_a_run_that_ended_in_the_background_shows_its_result_and_frees_run(app, monkeypatch):
+    import time
+
+    from workstation.ui import extraction
+    monkeypatch.setattr(extraction, "wait_s", 0.0)          # every run goes on in the background
+    at = app.run()
+    button(at, "Run").click().run()
+    job = at.session_state["extract:running"]
+    deadline = time.monotonic() + 30
+    while not job.done and time.monotonic() < deadline:
+        time.sleep(0.05)
+    at.run()                                                # the rerun the progress fragment asks for
+    assert not button(at, "Run").disabled
+    assert at.session_state["extract_run_id"] == job.run_id and ">Alice</mark>" in html(at)

@@ -124,6 +124,9 @@ def finish(job: extraction.BackgroundRun) -> None:
 
 
 job: extraction.BackgroundRun | None = st.session_state.get(RUNNING)
+if job is not None and job.done:        # ended since the last rerun: Run is free again
+    finish(job)
+    job = None
 if st.button("Run", type="primary", disabled=bool(schema_error) or job is not None):
     doc = runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or "")
     request = runs.RunRequest(fam.name, device, tuple(opts), task=preset.name,
@@ -138,10 +141,6 @@ if st.button("Run", type="primary", disabled=bool(schema_error) or job is not No
         if job.wait(extraction.wait_s):
             finish(job)
             job = None
-
-if job is not None and job.done:
-    finish(job)
-    job = None
 
 
 @st.fragment(run_every=timedelta(seconds=0.5))
