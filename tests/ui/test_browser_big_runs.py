@@ -155,6 +155,7 @@ def test_a_csv_whose_text_is_under_content_runs_from_batch_on_the_chosen_column(
         page.get_by_test_id("stSelectbox").filter(has_text="Text column").click()
         page.get_by_role("option").filter(has_text="content").click()
         settle(page)
+        shot(page, screenshots(tmp_path), "batch-text-column")
         click(page, "Start batch job")
         settle(page)
         page.get_by_text("Job 1 · notes.csv").wait_for()

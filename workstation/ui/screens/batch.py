@@ -11,6 +11,7 @@ import streamlit as st
 from contracts.domain import InputError
 from contracts.names import Reads
 from contracts.stages import describe as describe_stages
+from contracts.words import plural
 from workstation import engine, plugins
 from workstation.inputs import TEXT, read_valid_documents
 from workstation.ui import exports, file_preview, gpu, job_progress, local_files, render, runs, schema_editor, state
@@ -77,7 +78,8 @@ def input_preview(upload, path_text: str | None) -> str:
 with st.container(border=True):
     st.markdown(("**Input**: JSONL (`{\"id\", \"text\", \"task\", \"labels\"}`)" if fam.reads == Reads.LABELS else
                  "**Input**: JSONL (`{\"id\", \"text\", \"schema\"}`)")
-                + ", TXT (one text a line) or CSV (a `text` column). Lines without their own use the default below.")
+                + ", TXT (one text a line) or CSV (one text a row). The column that holds the text is chosen below "
+                  "the preview; lines without their own schema use the default below.")
     path_refused = local_files.refusal(state.settings(), state.bound_host())
     loopback = local_files.is_loopback(state.bound_host())
     # Beyond loopback the choice is not offered at all (and read_input refuses it if a stale state asks).
@@ -148,7 +150,7 @@ if start:
                                   task=st.session_state[TASK], batch_size=int(batch_size),
                                   options=tuple(sorted(options.items())))
         job_id = runs.start_job(request, valid, name, inputs={"file": name, "text_column": text_column})
-        st.toast(f"Job {job_id} started with {len(valid):,} documents.")
+        st.toast(f"Job {job_id} started with {plural(len(valid), 'document')}.")
         if errors:
             st.warning(f"Skipped {len(errors)} invalid line(s): "
                        + "; ".join(render.md_text(e) for e in errors[:MAX_ERRORS_SHOWN]))
@@ -187,7 +189,7 @@ def job_card(store, job) -> None:
         rate = f" · {job.docs_per_second:,.1f} docs/s" if job.docs_per_second else ""
         left = job_progress.remaining_seconds(job.total, job.done, recent or job.docs_per_second)
         left_text = f" · about {job_progress.duration(left)} left" if left is not None and not job.finished else ""
-        st.progress(job.fraction, text=f"{job.done:,} / {job.total:,} documents{rate} · {job.wall_seconds:,.1f} s"
+        st.progress(job.fraction, text=f"{job.done:,} / {plural(job.total, 'document')}{rate} · {job.wall_seconds:,.1f} s"
                                        f"{left_text}")
         chart = job_progress.throughput(samples)
         if len(chart) >= 2:

@@ -93,8 +93,9 @@ if found:
     st.session_state["history_selected"] = chosen
     selected = st.multiselect("Selected runs", list(by_id), key="history_selected",
                               placeholder="choose runs from the table (type a run number)",
-                              format_func=lambda i: f"{i} · {by_id[i].model} · {by_id[i].task or ''} · "
-                                                    f"{finished(by_id[i]).astimezone():%m-%d %H:%M}")
+                              format_func=lambda i: " · ".join(
+                                  str(part) for part in (i, by_id[i].model, by_id[i].task,
+                                                         f"{finished(by_id[i]).astimezone():%m-%d %H:%M}") if part))
     b = st.columns(5)
     if b[0].button("Open", disabled=len(selected) != 1):
         st.session_state["history_view"] = ("open", selected[0])
