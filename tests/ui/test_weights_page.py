@@ -6,6 +6,7 @@ import shutil
 
 from contracts.model import DEMO_NOTICE
 from workstation.settings import load_settings
+from workstation.ui import state
 
 
 def _page(app):
@@ -33,8 +34,13 @@ def test_using_a_good_folder_switches_settings_and_the_banner_goes_without_a_res
     shutil.copytree(ui_env / "fake-weights", real, ignore=shutil.ignore_patterns("RANDOM_DEMO_WEIGHTS.txt"))
     at = _page(app)
     assert any(DEMO_NOTICE in w.value for w in at.warning)
+    shelf = state.model_shelf()                     # the process's shelf, which the page shares
+    with shelf.borrow(shelf.key("fakeie", ui_env / "fake-weights", "cpu", "fp32")):
+        pass
+    assert [k for k in shelf.loaded() if k[0] == "fakeie"]
     at.text_input(key="folder:fakeie").input(str(real)).run()
     next(b for b in at.button if b.label == "Use this folder for fakeie").click().run()
     assert not at.exception
     assert load_settings().weights_for("fakeie") == (real, False)
     assert not any(DEMO_NOTICE in w.value for w in at.warning)
+    assert not [k for k in shelf.loaded() if k[0] == "fakeie"], "the old weights were unloaded"
