@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contracts.runs import RunDetail
+from contracts.words import agree, plural
 
 
 @dataclass
@@ -25,13 +26,13 @@ class ExportReport:
     path: Path | None = None
 
     def message(self) -> str:
-        text = f"{self.documents} documents, {self.spans} spans"
+        text = f"{plural(self.documents, 'document')}, {plural(self.spans, 'span')}"
         if self.relations:
-            text += f", {self.relations} relations"
+            text += f", {plural(self.relations, 'relation')}"
         if self.skipped:
-            text += f"; {self.skipped} spans without a position in the text were skipped"
+            text += f"; {plural(self.skipped, 'span')} without a position in the text {agree(self.skipped, 'was', 'were')} skipped"
         if self.invalid:
-            text += (f"; {self.invalid} tuples were left out because a span's offsets are not a span of its "
+            text += (f"; {plural(self.invalid, 'tuple')} {agree(self.invalid, 'was', 'were')} left out because a span's offsets are not a span of its "
                      "text (empty, reversed, outside the text, or covering other text)")
         return text
 

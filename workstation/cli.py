@@ -13,6 +13,7 @@ from pathlib import Path
 from contracts.batching import batch_setting
 from contracts.domain import InputError, WeightsError, unread_chars
 from contracts.stages import describe as describe_stages
+from contracts.words import agree, plural
 from workstation import engine, plugins
 from workstation.recording import History
 from workstation.settings import ROOT, load_settings
@@ -236,14 +237,14 @@ def extract(args) -> int:
         raise
     summary = report.summary()
     rate = f" ({summary['docs_per_second']:,.1f} docs/s)" if summary["docs_per_second"] else ""
-    print(f"{report.documents} documents in {report.wall_seconds:.2f}s{rate} on {report.device} ({report.dtype}, "
+    print(f"{plural(report.documents, 'document')} in {report.wall_seconds:.2f}s{rate} on {report.device} ({report.dtype}, "
           f"attention {report.attention}); output: {args.output}"
           + (f"; {skipped.count} skipped" if skipped and skipped.count else ""), file=sys.stderr)
     print(describe_stages(report.stages, report.wall_seconds, report.device_busy, report.backoffs), file=sys.stderr)
     if reading.reported:
         hint = " (--long-text window reads all of them)" if reading.cut and "long_text" in fam.options \
             and options.get("long_text", "truncate") == "truncate" else ""
-        print(f"{reading.cut} of {reading.documents} documents were cut (read partly){hint}", file=sys.stderr)
+        print(f"{reading.cut:,} of {plural(reading.documents, 'document')} {agree(reading.cut, 'was', 'were')} cut (read partly){hint}", file=sys.stderr)
     if report.demo:
         print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
     if history:
@@ -352,7 +353,8 @@ def corpus(args) -> int:
         options=options, store=None if args.no_record else s.path(s.database))
     manifest = runner.run(job)
     c = manifest["counts"]
-    print(f"{c['documents']} documents ({c['errors']} errors) in {c['shards_done']}/{c['shards']} shards; "
+    print(f"{plural(c['documents'], 'document')} ({plural(c['errors'], 'error')}) in {c['shards_done']}/"
+          f"{plural(c['shards'], 'shard')}; "
           f"output: {args.output}", file=sys.stderr)
     if manifest["job"]["demo"]:
         print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)

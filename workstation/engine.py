@@ -39,6 +39,7 @@ from contracts.domain import Document, InputError, Result, WeightsError
 from contracts.model import LoadedModel, ModelFamily
 from contracts.report import RunReport
 from contracts.stages import IDLE, Cancelled, StageClock  # noqa: F401  (Cancelled: run raises it, callers catch it)
+from contracts.words import plural
 from workstation import plugins
 from workstation.settings import load_settings
 from workstation.thresholds import apply_thresholds
@@ -267,7 +268,7 @@ def _paired(documents: Sequence[Document], results: Iterable[Result]) -> Iterato
     given = 0
     for result in results:
         if given >= len(documents):
-            raise RuntimeError(f"the model returned more results than the {len(documents)} documents it was given")
+            raise RuntimeError(f"the model returned more results than the {plural(len(documents), 'document')} it was given")
         document = documents[given]
         if str(result.document_id) != str(document.id):
             raise RuntimeError(f"the model returned a result for {result.document_id!r} where document "
@@ -275,7 +276,7 @@ def _paired(documents: Sequence[Document], results: Iterable[Result]) -> Iterato
         given += 1
         yield document, result
     if given != len(documents):
-        raise RuntimeError(f"the model returned {given} results for {len(documents)} documents")
+        raise RuntimeError(f"the model returned {plural(given, 'result')} for {plural(len(documents), 'document')}")
 
 
 _LOCKS = threading.Lock()

@@ -37,6 +37,7 @@ import torch
 from contracts.batching import is_out_of_memory
 from contracts.domain import Document, InputError, WeightsError
 from contracts.names import Reads
+from contracts.words import plural
 from workstation import engine
 from workstation.inputs import json_line, require_file
 from workstation.training_events import Cancelled, StopRequest, TrainingEvents
@@ -490,7 +491,7 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
     examples = [ex for doc, gold in train_docs for ex in training.examples(doc, gold)]
     if not examples:
         raise InputError(f"{args.train}: the gold documents give no training examples")
-    print(f"{len(train_docs)} documents -> {len(examples)} training examples")
+    print(f"{plural(len(train_docs), 'document')} -> {plural(len(examples), 'training example')}")
     events.start(args.model, steps_per_epoch(len(examples), args) * args.epochs, args.epochs, len(examples),
                  len(train_docs))
     report: dict = {"model": args.model, "weights": str(args.weights), "train": str(args.train),

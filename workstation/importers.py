@@ -32,6 +32,7 @@ from typing import Any
 
 from contracts.domain import Document, InputError
 from contracts.names import Reads
+from contracts.words import plural
 from workstation.inputs import json_line, json_problem, loads, require_file
 
 FORMATS = ("jsonl", "label-studio", "doccano")
@@ -84,7 +85,7 @@ class ParsedDataset:
 
     def summary(self) -> str:
         tuples = sum(len(e.output) for e in self.examples)
-        text = f"{len(self.examples)} examples, {tuples} gold tuples ({FORMAT_TITLES[self.format]})"
+        text = f"{plural(len(self.examples), 'example')}, {plural(tuples, 'gold tuple')} ({FORMAT_TITLES[self.format]})"
         if self.predictions_used:
             text += (f"; {self.annotations_used} tasks from annotations, {self.predictions_used} from predictions "
                      "(no annotation)")
@@ -496,7 +497,7 @@ class ImportReport:
     notes: list[str]
 
     def message(self) -> str:
-        text = f"imported {self.examples} examples"
+        text = f"imported {plural(self.examples, 'example')}"
         if self.dropped:
             text += f"; {self.dropped} extractions outside the schema were left out"
         return text

@@ -45,6 +45,7 @@ import torch
 from contracts.domain import Document, Result
 from contracts.model import LoadedModel
 from contracts.report import RunReport
+from contracts.words import plural
 from storage.repository import Store
 from storage.views import JobStatus, StoreBusy
 from workstation import engine
@@ -257,7 +258,7 @@ class JobRunner:
         if state.status != "running" or state.owner != self.owner:
             return                                         # taken over by another runner: leave it alone
         if state.done < state.total:                       # nothing left to claim yet not all done: say so
-            self.store.fail_job(job_id, f"stopped with {state.total - state.done} documents not done", self.owner)
+            self.store.fail_job(job_id, f"stopped with {plural(state.total - state.done, 'document')} not done", self.owner)
             return
         info = run.model_info or {"demo": engine.family(run.job.model).is_demo(Path(run.job.weights)),
                                   "dtype": run.job.dtype, "attention": "", "optimizations": {

@@ -64,9 +64,9 @@ class RexUniNLU(ModelFamily):
     title = "RexUniNLU (DeBERTa-v2 span extractor, zero-shot, schema-driven)"
     tasks = {t.name: t for t in PRESETS}
     reads = Reads.SCHEMA
-    # batch_size = "auto": windows of 512 tokens per batch, the most that ran without a back-off under a memory
-    # budget of the card's size less 1.5 GiB, eager attention (the most memory-hungry kernel); measured on an H200
-    # by `bench budget24` (docs/performance.md, §8).
+    # batch_size = "auto": windows of 512 tokens per batch that fit a card of this many GB (less 1.5 GiB for the
+    # context), eager attention (the most memory-hungry kernel). Derived from the H200's measured peaks, linear in
+    # the batch; `bench budget24` measures them under a memory budget (docs/performance.md §7).
     batch_table = {"fp32": ((8, 64), (12, 96), (16, 128), (24, 224), (48, 480), (80, 768)),
                    "bf16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024)),
                    "fp16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024))}

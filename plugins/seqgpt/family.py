@@ -58,9 +58,9 @@ class SeqGPT(ModelFamily):
     options = OPTIONS
     option_choices = OPTION_CHOICES
     option_titles = OPTION_TITLES
-    # batch_size = "auto": prompts generated at once (each with its beams), the most that ran without a back-off
-    # under a memory budget of the card's size less 1.5 GiB, at the default 4 beams and 256 new tokens after a
-    # long prompt; measured on an H200 by `bench budget24` (docs/performance.md, §8).
+    # batch_size = "auto": prompts generated at once (4 beams each, 64 new tokens after a long prompt) that fit a
+    # card of this many GB (less 1.5 GiB for the context). Derived from the H200's measured peaks, linear in the
+    # batch; `bench budget24` measures them under a memory budget (docs/performance.md §7).
     batch_table = {"fp32": ((8, 2), (12, 4), (16, 6), (24, 10), (48, 24), (80, 40)),
                    "bf16": ((8, 4), (12, 8), (16, 12), (24, 20), (48, 48), (80, 80)),
                    "fp16": ((8, 4), (12, 8), (16, 12), (24, 20), (48, 48), (80, 80))}

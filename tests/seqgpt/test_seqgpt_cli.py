@@ -55,7 +55,7 @@ def test_cli_counts_cut_documents_and_window_mode_reads_them_whole(tmp_path, dem
     lines = [LINES[1], long]
     done, output = launch(tmp_path, demo_tiny, lines, "--num-beams", "1", "--max-new-tokens", "4")
     assert done.returncode == 0, done.stderr
-    assert "1 of 2 documents were cut (read partly) (--long-text window reads all of them)" in done.stderr
+    assert "1 of 2 documents was cut (read partly) (--long-text window reads all of them)" in done.stderr
     truncated = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert truncated[1]["coverage"][0][0] > 0
     done, output = launch(tmp_path, demo_tiny, lines, "--num-beams", "1", "--max-new-tokens", "4",

@@ -7,7 +7,14 @@ import streamlit as st
 from workstation.agreement import Agreement
 from workstation.ui import render
 
-PERCENT = st.column_config.NumberColumn(format="percent")
+NOTHING = "—"                       # a share with nothing to divide by, shown as every page shows a missing value
+
+
+def agreement_frame(rows: list[dict]):
+    """The table as shown: shares as percentages, a missing share as NOTHING (not "None"). A pandas Styler, so
+    the cells keep their numbers (sorting, tests) and only their display changes."""
+    shares = [c for c in rows[0] if c.startswith(("precision", "recall"))]
+    return pd.DataFrame(rows).style.format("{:.1%}", subset=shares, na_rep=NOTHING)
 
 
 def outside_note(result: Agreement) -> str:
@@ -27,8 +34,7 @@ def agreement_table(result: Agreement, key: str) -> None:
     if not rows:
         st.info("Neither run extracted anything from the documents they share.")
         return
-    st.dataframe(pd.DataFrame(rows), hide_index=True, key=key,
-                 column_config={c: PERCENT for c in rows[0] if c.startswith(("precision", "recall"))})
+    st.dataframe(agreement_frame(rows), hide_index=True, key=key)
     st.caption("B measured against A: precision is the share of B's mentions A also made, recall the share of "
                "A's that B also made. Exact: the same type and offsets; overlap: the same type and overlapping "
                "offsets, matched one to one. A classification label matches the same label.")

@@ -11,7 +11,7 @@ import time
 from typing import Callable
 
 from contracts.stages import Cancelled, StageClock
-from workstation.ui.render import plural
+from contracts.words import plural
 
 # How long the page waits for a run before it shows progress instead: a quick run's result comes with the
 # click, without a flash of progress. The UI tests raise it, so a click on Run still shows its result.

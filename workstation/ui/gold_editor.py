@@ -21,6 +21,7 @@ import streamlit as st
 
 from contracts.domain import Document, InputError, Result, Span
 from contracts.names import Reads
+from contracts.words import plural
 from workstation.ui import render, state
 from workstation.ui.span_picker import Pick, Shown, read_pick, span_picker
 
@@ -330,7 +331,7 @@ def _save(store, d: dict, run_id: int, model: str, position: int, doc: Document,
     cols = st.columns([3, 3, 2])
     choice = cols[0].selectbox("Dataset", [NEW_DATASET, *datasets], key="gold_dataset",
                                format_func=lambda i: "New dataset…" if i == NEW_DATASET else
-                               f"{datasets[i].name} ({datasets[i].examples} examples)",
+                               f"{datasets[i].name} ({plural(datasets[i].examples, 'example')})",
                                help=f"Datasets of {model} examples")
     name = cols[1].text_input("Name of the new dataset", key="gold_new_dataset",
                               disabled=choice != NEW_DATASET, placeholder="e.g. news-ner")

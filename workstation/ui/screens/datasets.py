@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from contracts.domain import InputError, Result, Span
+from contracts.words import plural
 from storage.datasets import export_dataset
 from storage.repository import NotFound
 from workstation import importers
@@ -56,7 +57,7 @@ if listed:
     if st.session_state.get("datasets_open") not in by_id:
         st.session_state["datasets_open"] = listed[0].id
     chosen = st.selectbox("Open a dataset", list(by_id), key="datasets_open",
-                          format_func=lambda i: f"{by_id[i].name} · {by_id[i].model} · {by_id[i].examples} examples")
+                          format_func=lambda i: f"{by_id[i].name} · {by_id[i].model} · {plural(by_id[i].examples, 'example')}")
     dataset = by_id[chosen]
     with st.container(border=True):
         examples = store.gold_examples(dataset.id, limit=EXAMPLES_LISTED)
@@ -67,7 +68,7 @@ if listed:
                 "from run": e.run_id if e.run_id is not None else "",
             } for e in examples]), hide_index=True, width="stretch", key="datasets_examples")
             if dataset.examples > len(examples):
-                st.caption(f"Listing the first {len(examples):,} of {dataset.examples:,} examples.")
+                st.caption(f"Listing the first {len(examples):,} of {plural(dataset.examples, 'example')}.")
             shown = {e.id: e for e in examples}
             example_id = st.selectbox("Example", list(shown), key=f"datasets_example:{dataset.id}",
                                       format_func=lambda i: f"{i} · {shown[i].doc_id} · {shown[i].text[:50]}")
@@ -103,7 +104,7 @@ if listed:
                     st.download_button(f"Download {path.name}", path.read_bytes(), file_name=path.name,
                                        mime="application/x-ndjson", key=f"datasets_download_{n}", on_click="ignore")
         with st.popover("Delete dataset"):
-            st.write(f"Delete the dataset and its {dataset.examples} examples? Runs they came from stay.")
+            st.write(f"Delete the dataset and its {plural(dataset.examples, 'example')}? Runs they came from stay.")
             if st.button("Delete for good", type="primary", key="datasets_delete"):
                 store.delete_dataset(dataset.id)
                 st.rerun()
@@ -178,7 +179,7 @@ datasets = {d.id: d for d in store.list_datasets(model)}
 cols = st.columns([2, 2, 1])
 target = cols[0].selectbox("Into dataset", [NEW, *datasets], key=f"import_target:{model}",
                            format_func=lambda i: "New dataset…" if i == NEW else
-                           f"{datasets[i].name} ({datasets[i].examples} examples)")
+                           f"{datasets[i].name} ({plural(datasets[i].examples, 'example')})")
 name = cols[1].text_input("Name of the new dataset", Path(upload.name).stem, key=f"import_name:{digest}",
                           disabled=target != NEW)
 if settings_error:

@@ -13,6 +13,7 @@ import streamlit as st
 
 from contracts.domain import InputError, WeightsError
 from contracts.names import Reads
+from contracts.words import plural
 from storage.repository import NotFound
 from workstation.ui import extraction, render, results, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
@@ -67,7 +68,7 @@ with left:
                  "An object of types, nested for relations and events.")
 with right:
     st.text_area("Text", key=TEXT, height=220, placeholder="Paste the text to extract from")
-    st.caption(f"{len(st.session_state.get(TEXT) or ''):,} characters")
+    st.caption(plural(len(st.session_state.get(TEXT) or ''), "character"))
 st.session_state[DRAFT_TEXT] = st.session_state.get(TEXT) or ""
 st.session_state[schema_draft(task)] = st.session_state.get(SCHEMA) or ""
 st.session_state[DRAFT_TASK] = task

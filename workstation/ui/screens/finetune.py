@@ -15,6 +15,7 @@ import pandas as pd
 import streamlit as st
 
 from contracts.domain import InputError
+from contracts.words import plural
 from storage.repository import NotFound
 from workstation import plugins
 from workstation.training_runs import TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output, log_tail
@@ -67,7 +68,7 @@ def new_run_form() -> None:
                      "Datasets page.")
         return
     train = cols[2].selectbox("Training dataset", list(datasets), key=f"ft_train:{model}",
-                              format_func=lambda i: f"{datasets[i].name} ({datasets[i].examples} examples)")
+                              format_func=lambda i: f"{datasets[i].name} ({plural(datasets[i].examples, 'example')})")
 
     base_fam = fams[model]
     for caution in (cautions.tiny_dataset(datasets[train].examples, cautions.TINY_FOR_FINETUNE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from contracts.domain import InputError, WeightsError
+from contracts.words import plural
 from workstation import thresholds
 from workstation.thresholds import TypeTuning
 from workstation.ui import cautions, render, runs, state
@@ -42,7 +43,7 @@ if not datasets:
     st.info(f"No {fam.name} dataset yet: save gold examples from History or Review, or import one on Datasets.")
     st.stop()
 chosen_id = st.selectbox("Dataset", list(datasets), key="thresholds_dataset",
-                         format_func=lambda i: f"{datasets[i].name} ({datasets[i].examples} examples)")
+                         format_func=lambda i: f"{datasets[i].name} ({plural(datasets[i].examples, 'example')})")
 for caution in (cautions.tiny_dataset(datasets[chosen_id].examples, cautions.TINY_FOR_THRESHOLDS,
                                         "thresholds tuned on it"),
                 cautions.demo_weights("thresholds tuned on them") if demo else None):
