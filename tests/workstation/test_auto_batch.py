@@ -1,4 +1,4 @@
-"""batch_size = "auto": the largest batch measured to fit the device's memory (docs/performance.md, §8), picked
+"""batch_size = "auto": the largest batch measured to fit the device's memory (docs/performance.md §7), picked
 from the model's table by the memory the device reports; tested with a faked device."""
 import json
 from types import SimpleNamespace
