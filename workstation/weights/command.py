@@ -76,7 +76,7 @@ def _settings_file(settings) -> Path:
 
 
 class _Shown:
-    """The progress line on a terminal (redrawn in place), a line a second elsewhere, and the status file the UI
+    """The progress line on a terminal (redrawn in place), a line per change elsewhere, and the status file the UI
     reads."""
 
     def __init__(self, status_file: Path | None):

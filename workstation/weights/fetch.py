@@ -1,7 +1,7 @@
 """`weights fetch`: download a model's pinned official checkpoint into a staging folder, check every file
 against the hub's listing (size, sha256 or git blob id) and the model's strict load check, and only then move
 it into place and point settings.toml at it. A partial or damaged download is never used: it stays in staging,
-where running the fetch again resumes it (the clients pick up their *.incomplete files), and the weights in use
+where running the fetch again resumes it (each FILE.incomplete is asked for the rest), and the weights in use
 stay as they were until the new ones pass.
 """
 from __future__ import annotations

@@ -53,19 +53,17 @@ def default_endpoint(hub: str) -> str:
 
 
 class Hub:
+    """One hub's client: `listing` (what a revision holds) and `download` (those files into a folder)."""
+
     def __init__(self, official: OfficialWeights, endpoint: str | None):
         self.official = official
-        self.endpoint = endpoint
-        self.where = f"{official.repo_id}@{official.revision} on {endpoint or default_endpoint(official.hub)}"
+        self.endpoint = endpoint            # None: the client's own default
 
     def listing(self, revision: str) -> Listing:
         raise NotImplementedError
 
     def download(self, listing: Listing, revision: str, folder: Path) -> None:
         raise NotImplementedError
-
-    def wanted(self, names) -> list[str]:
-        return [n for n in names if n in self.official.files]
 
     def fail(self, e: BaseException, revision: str) -> FetchError:
         """The one line for an exception from a client: disk, damaged file, 404s, network, else its own words."""
