@@ -186,11 +186,11 @@ def test_counts_per_type_head_the_table_and_filter_it_by_type(app):
     button(at, "Run").click().run()
     assert any("iew-count" in h.value and ">Alice</span>2" in h.value and ">Paris</span>1" in h.value
                for h in at.get("html"))
-    table = next(d for d in at.dataframe if "tuple" in d.value.columns)
+    table = next(d for d in at.dataframe if "extraction" in d.value.columns)
     assert len(table.value) == 3
     at.multiselect(key="types-extract").set_value(["Paris"]).run()
-    table = next(d for d in at.dataframe if "tuple" in d.value.columns)
-    assert list(table.value["tuple"]) == ["Paris: Paris"]
+    table = next(d for d in at.dataframe if "extraction" in d.value.columns)
+    assert list(table.value["extraction"]) == ["Paris: Paris"]
     assert any("1 of 3 shown" in c.value for c in at.caption)
 
 

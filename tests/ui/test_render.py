@@ -89,7 +89,7 @@ def test_tuples_read_as_lines_and_labels_and_ungrounded_spans_are_told_apart():
         [Span("place", "Atlantis", None, grounded=False)],
     ])
     rows = render.tuple_rows(result)
-    assert rows[0]["tuple"] == "组织机构: 央视 → 创始人(人物): 某人" and rows[0]["kind"] == "2-tuple"
+    assert rows[0]["extraction"] == "组织机构: 央视 → 创始人(人物): 某人" and rows[0]["kind"] == "2 linked spans"
     assert rows[0]["offsets"] == "[0, 2); [5, 7)"
     assert rows[1]["confidence"] == 0.93
     assert rows[2]["grounded"] is False
@@ -116,9 +116,9 @@ def test_comparison_rows_list_what_differs_per_document():
             SimpleNamespace(doc_id="d2", in_a=False, in_b=True, both=[], only_a=[], only_b=[])]
     rows = render.comparison_rows(docs)
     assert rows == [
-        {"document": "d1", "change": "only in A", "tuple": "p: Bo [3, 5)"},
-        {"document": "d1", "change": "only in B", "tuple": "p: Cy"},
-        {"document": "d2", "change": "only in B", "tuple": "(the whole document)"},
+        {"document": "d1", "change": "only in A", "extraction": "p: Bo [3, 5)"},
+        {"document": "d1", "change": "only in B", "extraction": "p: Cy"},
+        {"document": "d2", "change": "only in B", "extraction": "(the whole document)"},
     ]
 
 

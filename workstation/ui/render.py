@@ -13,7 +13,6 @@ from html import escape
 from typing import Iterable
 
 from contracts.domain import Result, Span, unread_chars
-from contracts.words import plural
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
@@ -171,7 +170,7 @@ def coverage_note(text: str, coverage: list[tuple[int, int]] | None) -> str | No
         return None
     missed = unread_chars(text, coverage) or 0
     if not missed:
-        return f"The model read all of the text ({plural(len(text), 'character')})."
+        return f"The model read all of the text ({len(text):,} characters)."
     visible = len(text) - sum(ch.isspace() for ch in text)
     return (f"The model read {visible - missed:,} of {visible:,} characters (whitespace not counted); "
             f"the greyed, struck-through part was not read.")
@@ -200,6 +199,11 @@ def counts_html(counts: dict[str, int]) -> str:
     return " ".join(f'<span class="iew-count">{_label_chip(t)}{n:,}</span>' for t, n in counts.items())
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """`1 span`, `3 spans`, `0 spans`; `nouns` for an irregular plural."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def legend_html(type_names: Iterable[str]) -> str:
     return " ".join(_label_chip(t) for t in sorted(set(type_names)))
 
@@ -215,13 +219,13 @@ def tuple_text_json(tup: list[dict]) -> str:
 
 
 def tuple_rows(result: Result, limit: int = 2_000) -> list[dict]:
-    """One row per tuple for a dataframe: the readable tuple, its arity and the offsets."""
+    """One row per extraction (a stored tuple) for a dataframe: it as a readable line, its kind, the offsets."""
     rows = []
     for i, tup in enumerate(result.tuples[:limit]):
         rows.append({
             "#": i + 1,
-            "tuple": tuple_text(tup),
-            "kind": "span" if len(tup) == 1 else f"{len(tup)}-tuple",
+            "extraction": tuple_text(tup),
+            "kind": "span" if len(tup) == 1 else f"{len(tup)} linked spans",
             "offsets": "; ".join(f"[{s.offset[0]}, {s.offset[1]})" if s.offset else "—" for s in tup),
             "confidence": min((s.confidence for s in tup if s.confidence is not None), default=None),
             "grounded": all(s.grounded is not False for s in tup),
@@ -240,9 +244,9 @@ def comparison_rows(documents, limit: int = 5_000) -> list[dict]:
     for d in documents:
         if not (d.in_a and d.in_b):
             rows.append({"document": d.doc_id, "change": "only in A" if d.in_a else "only in B",
-                         "tuple": "(the whole document)"})
+                         "extraction": "(the whole document)"})
         for side, keys in (("only in A", d.only_a), ("only in B", d.only_b)):
-            rows.extend({"document": d.doc_id, "change": side, "tuple": key_text(k)} for k in keys)
+            rows.extend({"document": d.doc_id, "change": side, "extraction": key_text(k)} for k in keys)
         if len(rows) >= limit:
             break
     return rows[:limit]

@@ -9,7 +9,6 @@ import streamlit as st
 from contracts.domain import Document, Result, unread
 from contracts.model import DEMO_NOTICE
 from contracts.stages import describe as describe_stages
-from contracts.words import agree, plural
 from workstation.ui import comparison, render
 
 MAX_DOCS_LISTED = 1_000
@@ -79,7 +78,7 @@ def highlighted_text(text: str, spans, key: str, unread_ranges=()) -> None:
     page = st.number_input(f"Text page (of {len(pages):,})", 1, len(pages), 1, key=f"text-page-{key}",
                            help=f"{len(text):,} characters, drawn about {render.PAGE_CHARS:,} at a time")
     start, end = pages[int(page) - 1]
-    st.caption(f"Characters {start:,}–{end:,} of {len(text):,} (offsets as in the tuples below)")
+    st.caption(f"Characters {start:,}–{end:,} of {len(text):,} (offsets as in the extractions below)")
     st.html(render.spans_html(text, spans, limit=end - start, start=start, note=False, unread=unread_ranges))
 
 
@@ -124,7 +123,7 @@ def extractions_table(result: Result, rows: list[dict], key: str) -> None:
     """The extractions as a table: how many spans of each type above it, and a filter by type and by lowest
     confidence (a row is kept when any of its spans is of a chosen type)."""
     counts = render.type_counts(result)
-    st.markdown(f"**Extractions** ({render.md_text(plural(len(result.tuples), 'extraction'))})")
+    st.markdown(f"**Extractions** ({render.md_text(render.plural(len(result.tuples), 'extraction'))})")
     st.html(render.counts_html(counts))
     left, right = st.columns([3, 2])
     chosen = left.multiselect("Show types", list(counts), default=list(counts), key=f"types-{key}",
@@ -194,7 +193,7 @@ def comparison_view(store, a: int, b: int) -> None:
                    fmt_bytes(mem_b - mem_a) if mem_a is not None and mem_b is not None else None,
                    delta_color="inverse", help=f"A: {fmt_bytes(mem_a)}")
     cols[3].metric("Tuples only in A / only in B", f"{cmp.only_a:,} / {cmp.only_b:,}",
-                   help=f"{plural(cmp.both, 'tuple')} {agree(cmp.both, 'is', 'are')} in both runs")
+                   help=f"{cmp.both:,} tuples are in both runs")
     for note in notes:
         st.info(note, icon=":material/info:")
     changed = comparison.changed_settings(cmp.a, cmp.b)
