@@ -129,13 +129,14 @@ def test_mouse_selection_and_a_type_key_add_a_span_and_delete_removes_one(tmp_pa
         assert saved_outputs(tmp_path / "runs.db") == [[[{"type": "人物", "span": "张三", "offset": [1, 3]}],
                                                         [{"type": "人物", "span": "李四", "offset": [li, li + 2]}]]]
 
-        picker.locator(".chip").filter(has_text="人物").first.click()            # 张三's tag
-        picker.get_by_text("Delete removes it").wait_for()
+        picker.locator(".chip").nth(1).click()                                   # 李四's tag, the last span
+        picker.get_by_text("人物 “李四”: Delete removes it").wait_for()
         page.keyboard.press("Delete")
         settle(page)
         assert picker.locator(".chip").count() == 1
+        assert page.get_by_text("The span picker:").count() == 0        # the applied event is not read again
         click(page, "Save as gold example")
         settle(page)
         page.get_by_text("Updated gold example").wait_for()
-        assert saved_outputs(tmp_path / "runs.db") == [[[{"type": "人物", "span": "李四", "offset": [li, li + 2]}]]]
+        assert saved_outputs(tmp_path / "runs.db") == [[[{"type": "人物", "span": "张三", "offset": [1, 3]}]]]
         browser.close()

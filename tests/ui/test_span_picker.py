@@ -55,6 +55,15 @@ def test_a_pick_of_a_type_the_document_does_not_have_or_a_gone_span_is_refused()
     assert read_pick(None, "abc", [], ["人物"]) is None                      # no event yet
 
 
+def test_the_event_already_applied_is_no_pick_even_when_its_span_is_gone():
+    # The last of two spans removed: the component still returns that event on the next rerun.
+    event = {"id": "r1", "op": "remove", "span": 1}
+    left = [Shown(0, 0, "人物", 0, 1)]
+    assert read_pick(event, "abc", left, ["人物"], applied="r1") is None
+    with pytest.raises(InputError):
+        read_pick(event, "abc", left, ["人物"], applied="r0")
+
+
 def test_shortcuts_are_numbers_then_free_first_letters():
     types = ["PER", "place", "人物"] + [f"t{n}" for n in range(7)] + ["Org", "other"]
     keys = shortcuts(types)

@@ -193,11 +193,12 @@ def _picker(d: dict, doc: Document, reads: Reads, actions: list, key: str) -> bo
     event = span_picker(text, shown, types, colors, [levels[n] for n in range(len(shown))], key=key,
                         version=d["version"])
     try:
-        pick = read_pick(event, text, shown, types)
+        pick = read_pick(event, text, shown, types, applied=st.session_state.get(PICKED))
     except InputError as e:
+        st.session_state[PICKED] = event.get("id")          # said once; the next rerun has nothing to say
         st.error(f"The span picker: {render.md_text(e)}")
         return False
-    if pick is None or st.session_state.get(PICKED) == pick.id:
+    if pick is None:
         return False
     st.session_state[PICKED] = pick.id
     if pick.op == "accept":

@@ -100,10 +100,11 @@ def shortcuts(types: list[str]) -> list[list[str]]:
     return keys
 
 
-def read_pick(event: Any, text: str, shown: list[Shown], types: list[str]) -> Pick | None:
-    """The component's event as a Pick in str offsets; None for no event. A malformed event (a stale page
-    after the draft changed under it) is an InputError naming what is wrong."""
-    if not isinstance(event, dict) or not event.get("id"):
+def read_pick(event: Any, text: str, shown: list[Shown], types: list[str], applied: str | None = None) -> Pick | None:
+    """The component's event as a Pick in str offsets; None for no event, or for the event whose id is
+    `applied` (a component keeps returning its last value on every rerun, when the draft has already changed
+    by it). A malformed event is an InputError naming what is wrong."""
+    if not isinstance(event, dict) or not event.get("id") or str(event["id"]) == applied:
         return None
     op, pick_id = event.get("op"), str(event["id"])
     if op == "accept":
