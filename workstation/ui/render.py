@@ -13,6 +13,7 @@ from html import escape
 from typing import Iterable
 
 from contracts.domain import Result, Span, unread_chars
+from contracts.words import plural
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~$])")
 
@@ -170,7 +171,7 @@ def coverage_note(text: str, coverage: list[tuple[int, int]] | None) -> str | No
         return None
     missed = unread_chars(text, coverage) or 0
     if not missed:
-        return f"The model read all of the text ({len(text):,} characters)."
+        return f"The model read all of the text ({plural(len(text), 'character')})."
     visible = len(text) - sum(ch.isspace() for ch in text)
     return (f"The model read {visible - missed:,} of {visible:,} characters (whitespace not counted); "
             f"the greyed, struck-through part was not read.")
@@ -197,11 +198,6 @@ def type_counts(result: Result) -> dict[str, int]:
 def counts_html(counts: dict[str, int]) -> str:
     """Each type's chip with its count: `person 3  place 1`."""
     return " ".join(f'<span class="iew-count">{_label_chip(t)}{n:,}</span>' for t, n in counts.items())
-
-
-def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """`1 span`, `3 spans`, `0 spans`; `nouns` for an irregular plural."""
-    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
 def legend_html(type_names: Iterable[str]) -> str:

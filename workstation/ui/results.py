@@ -9,6 +9,7 @@ import streamlit as st
 from contracts.domain import Document, Result, unread
 from contracts.model import DEMO_NOTICE
 from contracts.stages import describe as describe_stages
+from contracts.words import agree, plural
 from workstation.ui import comparison, render
 
 MAX_DOCS_LISTED = 1_000
@@ -123,7 +124,7 @@ def extractions_table(result: Result, rows: list[dict], key: str) -> None:
     """The extractions as a table: how many spans of each type above it, and a filter by type and by lowest
     confidence (a row is kept when any of its spans is of a chosen type)."""
     counts = render.type_counts(result)
-    st.markdown(f"**Extractions** ({render.md_text(render.plural(len(result.tuples), 'extraction'))})")
+    st.markdown(f"**Extractions** ({render.md_text(plural(len(result.tuples), 'extraction'))})")
     st.html(render.counts_html(counts))
     left, right = st.columns([3, 2])
     chosen = left.multiselect("Show types", list(counts), default=list(counts), key=f"types-{key}",
@@ -193,7 +194,7 @@ def comparison_view(store, a: int, b: int) -> None:
                    fmt_bytes(mem_b - mem_a) if mem_a is not None and mem_b is not None else None,
                    delta_color="inverse", help=f"A: {fmt_bytes(mem_a)}")
     cols[3].metric("Tuples only in A / only in B", f"{cmp.only_a:,} / {cmp.only_b:,}",
-                   help=f"{cmp.both:,} tuples are in both runs")
+                   help=f"{plural(cmp.both, 'tuple')} {agree(cmp.both, 'is', 'are')} in both runs")
     for note in notes:
         st.info(note, icon=":material/info:")
     changed = comparison.changed_settings(cmp.a, cmp.b)
