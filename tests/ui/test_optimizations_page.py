@@ -61,6 +61,7 @@ def test_running_again_with_the_same_settings_says_so_and_colours_no_difference(
     assert any("1 document(s)" in n for n in notes)
     wall = next(m for m in at.metric if m.label == "Wall time B")
     assert wall.proto.color == wall.proto.MetricColor.GRAY     # "off": neither better nor worse
+    assert next(m for m in at.metric if m.label == "Speed-up B over A").delta == "not an effect of a setting"
     assert at.get("vega_lite_chart")      # the stage times drawn as bars
 
 

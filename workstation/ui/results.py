@@ -187,6 +187,8 @@ def comparison_view(store, a: int, b: int) -> None:
     cols[0].metric("Wall time B", f"{cmp.b.wall_seconds:.3f} s", f"{cmp.b.wall_seconds - cmp.a.wall_seconds:+.3f} s",
                    delta_color="inverse" if fair else "off", help=f"A: {cmp.a.wall_seconds:.3f} s")
     cols[1].metric("Speed-up B over A", f"{speedup:.2f}×" if speedup else "—",
+                   "not an effect of a setting" if speedup and not fair else None, delta_color="off",
+                   delta_arrow="off",
                    help=("Not shown: the runs read different texts." if not cmp.same_inputs else
                          None if fair else "Not a measured effect of a setting: see the notes below."))
     mem_a, mem_b = cmp.a.peak_memory_bytes, cmp.b.peak_memory_bytes
@@ -204,7 +206,7 @@ def comparison_view(store, a: int, b: int) -> None:
     if not stages.empty:
         st.markdown("**Where the time went** (seconds per stage; stages overlap, so they can add up to more "
                     "than the wall time)")
-        st.bar_chart(stages, horizontal=True, stack=False, height=60 + 45 * len(stages))
+        st.bar_chart(stages, horizontal=True, stack=False, sort=False, height=60 + 45 * len(stages))
     st.dataframe(pd.DataFrame([side_row("A", cmp.a), side_row("B", cmp.b)]), hide_index=True)
     if cmp.identical:
         st.success("Both runs read the same texts and extracted exactly the same tuples.")
