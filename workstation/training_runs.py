@@ -123,8 +123,8 @@ class FinetuneRequest:
         for name, value in (("epochs", self.epochs), ("batch size", self.batch_size)):
             if int(value) < 1:
                 raise InputError(f"{name} must be at least 1, got {value}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise InputError(f"the learning rate must be a positive number, got {self.lr}")
+        if not 0 < self.lr <= 1:                    # as `launcher.py finetune --lr` takes it
+            raise InputError(f"the learning rate must be a positive number up to 1, got {self.lr}")
         if self.dtype not in TRAINING_DTYPES:
             raise InputError(f"training precision is one of {', '.join(TRAINING_DTYPES)}, not {self.dtype!r}")
         if self.dtype == "bf16" and self.device == "cpu":

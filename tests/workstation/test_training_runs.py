@@ -149,6 +149,8 @@ def test_events_are_read_incrementally_and_a_half_written_line_waits(tmp_path):
     (dict(dtype="bf16"), "bf16 training needs a CUDA device"),
     (dict(optimizations=("memory-pool",)), "do not apply to fine-tuning"),
     (dict(lr=0), "learning rate"),
+    (dict(lr=float("nan")), "learning rate"),
+    (dict(lr=5.0), "learning rate must be a positive number up to 1"),
     (dict(eval_dataset=1, dev_ratio=0.2), "not both"),
 ])
 def test_bad_requests_start_nothing(store, dataset, tmp_path, change, message):
