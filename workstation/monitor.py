@@ -52,16 +52,23 @@ class Snapshot:
     host: HostSample | None = None
 
 
-def sample_host() -> HostSample:
-    """The host's CPU and memory now; None for what psutil cannot read here."""
-    import psutil
-    try:
-        memory = psutil.virtual_memory()
-        rss = psutil.Process().memory_info().rss
-        return HostSample(psutil.cpu_percent(interval=None), psutil.cpu_count(), memory.total - memory.available,
-                          memory.total, rss)
-    except (psutil.Error, OSError):
-        return HostSample()
+class HostSampler:
+    """The host's CPU and memory now; None for what psutil cannot read here. psutil's CPU share is measured
+    since its previous call, so the first one (which has none) is not shown: it reads 0 %."""
+
+    def __init__(self) -> None:
+        self._first = True
+
+    def __call__(self) -> HostSample:
+        import psutil
+        try:
+            cpu = psutil.cpu_percent(interval=None)
+            memory = psutil.virtual_memory()
+            rss = psutil.Process().memory_info().rss
+        except (psutil.Error, OSError):
+            return HostSample()
+        cpu, self._first = (None if self._first else cpu), False
+        return HostSample(cpu, psutil.cpu_count(), memory.total - memory.available, memory.total, rss)
 
 
 class GpuMonitor(Protocol):
@@ -156,9 +163,9 @@ class GpuRecorder:
     `host`: what samples the host (None: the GPUs only)."""
 
     def __init__(self, monitor: GpuMonitor, interval_s: float = 1.0, window_s: float = 300.0,
-                 host: Callable[[], HostSample] | None = sample_host) -> None:
+                 host: Callable[[], HostSample] | None | str = "psutil") -> None:
         self.monitor = monitor
-        self.host = host
+        self.host = HostSampler() if host == "psutil" else host
         self.interval_s = max(float(interval_s), 0.1)
         self._history: deque[Snapshot] = deque(maxlen=max(int(window_s / self.interval_s), 2))
         self._lock = threading.Lock()

@@ -125,11 +125,14 @@ def test_without_a_gpu_the_recorder_samples_the_host_alone():
     assert [s.host.cpu_percent for s in history[:3]] == [0.0, 1.0, 2.0]
 
 
-def test_the_host_sample_reads_this_machine():
-    from workstation.monitor import sample_host
-    host = sample_host()
-    assert host.cpus >= 1 and 0 < host.memory_used < host.memory_total and host.process_rss > 0
-    assert 0.0 <= host.cpu_percent <= 100.0
+def test_the_host_sampler_reads_this_machine_and_hides_the_first_cpu_share():
+    from workstation.monitor import HostSampler
+    sampler = HostSampler()
+    first = sampler()
+    assert first.cpu_percent is None                   # psutil has no earlier reading to measure it against
+    assert first.cpus >= 1 and 0 < first.memory_used < first.memory_total and first.process_rss > 0
+    time.sleep(0.05)
+    assert 0.0 <= sampler().cpu_percent <= 100.0
 
 
 def test_a_recorder_without_a_host_sampler_and_gpu_starts_no_thread():
