@@ -7,7 +7,9 @@ Training: AdamW, linear warm-up then linear decay (transformers' schedule), grad
 (the HF Trainer default the reference ran with), bf16 autocast on CUDA, dropout as the checkpoint's
 config.json sets it. A checkpoint (model, optimizer, scheduler, RNG state, position in the epoch)
 is written after every epoch and every --save-every optimizer steps; --resume continues from the
-newest. The order of examples in epoch e depends only on (seed, e) and the RNG state (dropout
+newest. OUTPUT must be new or empty (the run records itself there first, in RUN_FILE); --resume
+continues only a run of the same model, base weights and schedule: anything else is refused before
+a byte is written. A step whose loss or gradient is not a finite number stops the run before its update. The order of examples in epoch e depends only on (seed, e) and the RNG state (dropout
 masks) travels in the checkpoint, so a resumed run, also one stopped mid-epoch, ends with the same
 weights as an uninterrupted one.
 
