@@ -308,6 +308,18 @@ def test_a_worker_count_the_machine_cannot_hold_is_refused_with_what_it_can(monk
     assert runner.workers_and_gpus(job, local=True) == (2, 0.5, 0.5)
 
 
+def test_a_refused_worker_count_leaves_a_manifest_that_says_so(tmp_path, rex_tiny, monkeypatch):
+    from contracts.domain import InputError
+    monkeypatch.setattr(runner, "connect", lambda address: False)          # a runtime of 2 CPUs, already there
+    monkeypatch.setattr(runner.ray, "cluster_resources", lambda: {"CPU": 2.0})
+    jsonl(tmp_path / "a.jsonl", documents(2, "a"))
+    job = runner.CorpusJob("rexuninlu", rex_tiny, str(tmp_path / "a.jsonl"), tmp_path / "out", workers=5, progress=False)
+    with pytest.raises(InputError, match="use at most 4"):
+        runner.run(job)
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text("utf-8"))
+    assert manifest["status"] == "refused" and manifest["timings"]["runs"] == []
+
+
 def read_only(folder: Path) -> Path:
     """A folder this process cannot write into: mode 0555, and immutable where we are root (who ignores modes)."""
     folder.mkdir()

@@ -209,7 +209,7 @@ def disconnect() -> None:
     runtime.stop()
 
 
-READING_CPUS = 1.0        # the parsing (0.5) and writing (0.5) tasks at once: workers never take these
+READING_CPUS = 1.0        # reading, parsing and writing take 0.5 each: workers never take these
 MIN_CPU_SHARE = 0.25      # below this, more workers are more model copies on the same cores, no faster
 
 
@@ -254,9 +254,12 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
     started_here = connect(job.address)
     try:
         workers, gpus, cpus = workers_and_gpus(job, local=not job.address)
-    except BaseException:
+    except BaseException as e:
         if started_here:
             disconnect()
+        # Nothing ran: the manifest must not go on saying "running".
+        manifest["status"] = "refused" if isinstance(e, InputError) else "failed"
+        out.write_manifest(manifest)
         raise
     ray.data.DataContext.get_current().enable_progress_bars = False     # ours counts documents, not blocks
     store = Progress.open(job, manifest)
@@ -276,7 +279,10 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
                 "optimizations": list(job.optimizations), "dtype": job.dtype, "configured_dtype": job.configured_dtype,
                 "batch_size": job.batch_size, "options": dict(job.options)}
         reporter = Reporter(tally)
-        ds = ray.data.read_binary_files([s.path for s in pending], include_paths=True)
+        # Half a CPU, as parsing and writing take: Ray Data's default of a whole one did not fit what the workers
+        # leave on a one-CPU machine (READING_CPUS).
+        ds = ray.data.read_binary_files([s.path for s in pending], include_paths=True,
+                                        ray_remote_args={"num_cpus": 0.5})
         ds = ds.map_batches(parse_shards, batch_size=1, batch_format="numpy", num_cpus=0.5,
                             fn_kwargs={"keys": {s.path: s.key for s in pending}, "default": defaults_for(engine.family(job.model).reads, job.schema),
                                        "done": done_lines, "report": reporter})
