@@ -124,6 +124,8 @@ def stop_session(session: str, spare: set[int] = frozenset()) -> list[int]:
 
 def session_processes(session: str, spare: set[int] = frozenset()) -> list[int]:
     """Live processes whose command line or open files are in the session's directory."""
+    if not os.path.isdir("/proc"):                                 # Linux only; elsewhere Ray cleans up alone
+        return []
     folder = os.path.normpath(session)
     in_folder = re.compile(re.escape(folder.encode()) + rb"(?:/|\x00|\s|$)")
     found = []
