@@ -204,7 +204,8 @@ def test_a_label_outside_the_label_set_is_no_type_row_and_is_shown_apart(app):
     assert (overall["A"], overall["B"], overall["precision (exact)"]) == (1, 2, 0.5)   # but it still counts
     notes = " ".join(c.value for c in at.caption)
     assert "Outside the label set" in notes and "B wrote “pet” ×1" in notes
-    assert list(frame(at, "disagreements")["disagreements"]) == [0]    # nothing to decide
+    queue = frame(at, "disagreements")
+    assert list(queue["disagreements"]) == [0] and list(queue["outside the label set"]) == [1]   # nothing to decide
     assert not any(r.key.startswith("review-choice") for r in at.radio)
     assert ">Bob</mark>" in "".join(h.value for h in at.get("html") if "B: " in h.value)
 

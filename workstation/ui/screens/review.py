@@ -99,9 +99,11 @@ def reviewed(position_a: int, position_b: int) -> bool:
 
 ranked = result.ranked()
 st.markdown("**Queue**")
+apart = any(d.outside_a or d.outside_b for d in ranked)
 st.dataframe(pd.DataFrame([{
     "rank": n + 1, "document": d.doc_id, "disagreements": len(d.disagreements),
     "disagreement share": d.score, "agreed": len(d.agreed),
+    **({"outside the label set": len(d.outside_a) + len(d.outside_b)} if apart else {}),
     "reviewed": "✓" if reviewed(d.position_a, d.position_b) else "", "text": d.text[:80],
 } for n, d in enumerate(ranked)]), hide_index=True, key="review-queue",
     column_config={"disagreement share": st.column_config.ProgressColumn(min_value=0, max_value=1, format="percent")})
