@@ -95,3 +95,14 @@ def test_picks_become_draft_actions_and_a_span_already_there_is_not_added_twice(
     assert actions == [] and "the schema allows employer(Acme)" in refused
     head = read_pick({"id": "h", "op": "retype", "span": 0, "type": "Acme"}, DOC.text, shown, ["Alice", "Acme"])
     assert pick_actions(head, DOC, tuples, Reads.SCHEMA) == ([("set", 0, 0, {"type": "Acme"})], None)
+
+
+def test_the_page_never_parses_text_as_markup():
+    """User text and type names reach the picker's page as text nodes and attribute values only."""
+    from pathlib import Path
+
+    import workstation.ui.span_picker as picker
+    script = (Path(picker.__file__).parent / "frontend" / "span_picker.js").read_text("utf-8")
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in script, sink
+    assert "textContent" in script and "createTextNode" in script
