@@ -43,7 +43,7 @@ def chart(frame: pd.DataFrame, series: str, top: float | None, height: int) -> a
     """A line over time; memory and utilisation are drawn against their full scale, so height means fullness."""
     scale = alt.Scale(domain=[0, top]) if top else alt.Scale(zero=True)
     return (alt.Chart(frame).mark_line(interpolate="step-after")
-            .encode(x=alt.X("time:T", title=None), y=alt.Y(f"{series}:Q", title=SERIES[series], scale=scale),
+            .encode(x=alt.X("time:T", title=None, axis=alt.Axis(format="%H:%M:%S", labelAngle=0)), y=alt.Y(f"{series}:Q", title=SERIES[series], scale=scale),
                     tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), alt.Tooltip(f"{series}:Q", title=SERIES[series])])
             .properties(height=height))
 
