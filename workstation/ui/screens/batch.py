@@ -64,7 +64,7 @@ def input_preview(upload, path_text: str | None) -> str:
     if seen.problem:
         st.warning(f"The file cannot be previewed: {render.md_text(seen.problem)}")
         return TEXT
-    st.caption(f"{seen.rows:,} row(s)" + (f" · {len(seen.columns)} column(s): "
+    st.caption(plural(seen.rows, "row") + (f" · {plural(len(seen.columns), 'column')}: "
                                           + ", ".join(render.md_code(c) for c in seen.columns) if seen.columns else ""))
     st.dataframe(seen.head, hide_index=True, key="batch_preview", height=min(38 + 35 * len(seen.head), 220))
     if not seen.columns:
