@@ -213,7 +213,7 @@ def test_a_csv_with_a_content_column_is_previewed_and_runs_on_the_chosen_text_co
     csv_bytes = "id,content,source\na,Alice in Paris,web\nb,Bob,mail\nc,\"Paris, again\",web\n".encode()
     at.file_uploader(key="batch_upload").set_value(("notes.csv", csv_bytes, "text/csv")).run()
     assert not at.exception
-    assert any("3 row(s) · 3 column(s)" in c.value for c in at.caption)
+    assert any("3 rows · 3 columns" in c.value for c in at.caption)
     assert [list(d.value.columns) for d in at.dataframe] == [["id", "content", "source"]]   # the first rows
     assert at.selectbox(key="batch_text_column").value == "content"        # guessed from its name
     at.text_area(key="batch-schema:fakeie").input('{"Paris": null, "Bob": null}').run()

@@ -98,7 +98,7 @@ def test_a_big_runs_document_table_filters_by_type_and_text(big_run_page):
     click(page, "Open")
     settle(page)
     page.get_by_role("heading", name=f"Run {run_id}").wait_for()
-    page.get_by_text(f"{DOCUMENTS} of {DOCUMENTS} document(s) pass the filters.").wait_for()
+    page.get_by_text(f"{DOCUMENTS} of {DOCUMENTS} documents pass the filters.").wait_for()
     assert "Spans per type" in main_text(page)
     shot(page, screenshots(tmp), "history-documents")
 
@@ -108,17 +108,17 @@ def test_a_big_runs_document_table_filters_by_type_and_text(big_run_page):
     page.get_by_role("option", name="地点", exact=True).click()
     page.keyboard.press("Escape")
     settle(page)
-    page.get_by_text(f"{DOCUMENTS // 3} of {DOCUMENTS} document(s) pass the filters.").wait_for()
+    page.get_by_text(f"{DOCUMENTS // 3} of {DOCUMENTS} documents pass the filters.").wait_for()
     page.get_by_label("Page (of 2)").wait_for()                      # 100 documents, 50 a page
 
     page.get_by_label("Text", exact=True).fill("第17篇")
     page.keyboard.press("Enter")
     settle(page)
-    page.get_by_text(f"0 of {DOCUMENTS} document(s) pass the filters.").wait_for()    # 17 has no 地点
+    page.get_by_text(f"0 of {DOCUMENTS} documents pass the filters.").wait_for()    # 17 has no 地点
     types.focus()
     page.keyboard.press("Backspace")                                  # removes the last chosen type
     settle(page)
-    page.get_by_text(f"1 of {DOCUMENTS} document(s) pass the filters.").wait_for()
+    page.get_by_text(f"1 of {DOCUMENTS} documents passes the filters.").wait_for()
     page.get_by_text("Document doc-17", exact=True).wait_for()
     assert page.locator(".iew-text").filter(has_text="第17篇").count() == 1
 
@@ -129,11 +129,11 @@ def test_search_returns_documents_with_an_escaped_marked_snippet_and_opens_one(b
     search.fill("标记")
     page.keyboard.press("Enter")
     settle(page)
-    page.get_by_text("1 document(s) match").wait_for()
+    page.get_by_text("1 document matches").wait_for()
     snippet = page.locator(".iew-snippet")
     assert snippet.count() == 1 and snippet.locator("mark").inner_text() == "标记"
     assert "<img src=x onerror=alert(1)>" in snippet.inner_text() and snippet.locator("img").count() == 0
-    page.get_by_test_id("stExpander").filter(has_text="1 document(s) match").locator("button", has_text="Open").click()
+    page.get_by_test_id("stExpander").filter(has_text="1 document matches").locator("button", has_text="Open").click()
     settle(page)
     page.get_by_role("heading", name=f"Run {run_id}").wait_for()
     page.get_by_text("Document doc-7", exact=True).wait_for()
@@ -151,7 +151,7 @@ def test_a_csv_whose_text_is_under_content_runs_from_batch_on_the_chosen_column(
         page.locator("[data-testid='stFileUploader'] input[type=file]").set_input_files(str(upload))
         page.get_by_test_id("stFileUploader").get_by_text("notes.csv").wait_for()
         settle(page)
-        page.get_by_text("3 row(s) · 3 column(s)").wait_for()          # the preview
+        page.get_by_text("3 rows · 3 columns").wait_for()          # the preview
         page.get_by_test_id("stSelectbox").filter(has_text="Text column").click()
         page.get_by_role("option").filter(has_text="content").click()
         settle(page)

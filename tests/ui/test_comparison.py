@@ -34,7 +34,7 @@ def test_one_document_and_a_first_run_after_a_load_are_named():
     a = run(1, documents=1, stages={"seconds": {}, "first_after_load": True})
     b = run(2, documents=1, batch_size=16)
     notes = comparison.caveats(a, b, True)
-    assert any("1 document(s)" in n and "one timing" in n for n in notes)
+    assert any("read 1 document:" in n and "one timing" in n for n in notes)
     assert any(n.startswith("Run A (1) was the first on a freshly loaded model") for n in notes)
     assert not any("Run B" in n for n in notes) and not comparison.fair_ratio(a, b, True)
 

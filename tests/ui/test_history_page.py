@@ -207,7 +207,7 @@ def test_opening_a_large_run_shows_a_paged_document_table_with_counts_per_type(b
     assert table.iloc[0].to_dict() | {"lowest confidence": 0.5} == {
         "#": 1, "id": "doc-0", "characters": len("第0篇：张三在北京。"), "人物": 1, "地点": 1, "cut": "—",
         "lowest confidence": 0.5}
-    assert "120 of 120 document(s) pass the filters." in captions(at)
+    assert "120 of 120 documents pass the filters." in captions(at)
     assert any(h.value == f"Run {run_id}" for h in at.subheader)
     at.number_input(key=f"{key}-page").set_value(3).run()
     assert list(at.dataframe(key=f"{key}-table").value["id"]) == [f"doc-{i}" for i in range(100, 120)]
@@ -217,11 +217,11 @@ def test_the_document_table_filters_by_type_confidence_and_text(big_run):
     at, run_id = big_run
     key = f"history-docs-{run_id}"
     at.multiselect(key=f"{key}-types").set_value(["地点"]).run()
-    assert "40 of 120 document(s) pass the filters." in captions(at)
+    assert "40 of 120 documents pass the filters." in captions(at)
     assert list(at.dataframe(key=f"{key}-table").value["id"])[:3] == ["doc-0", "doc-3", "doc-6"]
     at.multiselect(key=f"{key}-types").set_value([]).run()
     at.slider(key=f"{key}-confidence").set_value((0.8, 1.0)).run()
-    assert "80 of 120 document(s) pass the filters." in captions(at)
+    assert "80 of 120 documents pass the filters." in captions(at)
     at.text_input(key=f"{key}-text").input("第17篇").run()
     assert list(at.dataframe(key=f"{key}-table").value["id"]) == ["doc-17"]
     assert any(m.value.startswith("**Document doc\\-17**") for m in at.markdown)
@@ -241,7 +241,7 @@ def test_clicking_a_row_opens_that_document(big_run):
 def test_search_lists_matching_documents_with_escaped_snippets_and_opens_one(big_run):
     at, run_id = big_run
     at.text_input(key="history_text").input("粗体").run()
-    assert any(e.label == "1 document(s) match" for e in at.expander)
+    assert any(e.label == "1 document matches" for e in at.expander)
     snippets = [h.value for h in at.get("html") if "iew-snippet" in h.value]
     assert len(snippets) == 1 and "&lt;b&gt;<mark>粗体</mark>&lt;/b&gt;" in snippets[0]
     next(b for b in at.button if b.key == f"history_hits-open-{run_id}-7").click().run()

@@ -58,7 +58,7 @@ def test_running_again_with_the_same_settings_says_so_and_colours_no_difference(
     notes = [i.value for i in at.info]
     assert any("Both runs used the same settings" in n for n in notes)
     assert any(n.startswith(f"Run A ({first}) was the first on a freshly loaded model") for n in notes)
-    assert any("1 document(s)" in n for n in notes)
+    assert any("read 1 document:" in n for n in notes)
     wall = next(m for m in at.metric if m.label == "Wall time B")
     assert wall.proto.color == wall.proto.MetricColor.GRAY     # "off": neither better nor worse
     assert next(m for m in at.metric if m.label == "Speed-up B over A").delta == "not an effect of a setting"

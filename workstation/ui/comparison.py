@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from contracts.words import plural
+
 # What a run was made with, as far as its time is concerned (RunSummary fields).
 SETTINGS = ("model", "weights", "weights_checksum", "device", "dtype", "attention", "optimizations", "batch_size",
             "options")
@@ -24,7 +26,7 @@ def caveats(a, b, same_inputs: bool) -> list[str]:
                      "optimizations, batch size and options): the difference in time is run-to-run variation, "
                      "not the effect of a setting.")
     if same_inputs and min(a.documents, b.documents) <= FEW_DOCUMENTS:
-        notes.append(f"The runs read {min(a.documents, b.documents)} document(s): the ratio rests on one timing "
+        notes.append(f"The runs read {plural(min(a.documents, b.documents), 'document')}: the ratio rests on one timing "
                      "of a short run, where start-up and noise weigh as much as the work; compare on a batch.")
     for name, run in (("A", a), ("B", b)):
         if (run.stages or {}).get("first_after_load"):

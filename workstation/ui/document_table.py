@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from contracts.words import agree, plural
 from storage.repository import DocumentFilter
 from workstation.ui import render
 
@@ -69,7 +70,8 @@ def document_table(store, run_id: int, documents: int, key: str) -> int | None:
         else:
             st.caption("No spans in the documents listed.")
     with left:
-        st.caption(f"{len(passing):,} of {documents:,} document(s) pass the filters.")
+        st.caption(f"{len(passing):,} of {plural(documents, 'document')} "
+                   f"{agree(len(passing), 'passes', 'pass')} the filters.")
         page = int(st.number_input(f"Page (of {pages:,})", 1, pages, key=page_key)) if pages > 1 else 1
         rows = store.document_rows(run_id, passing[(page - 1) * PAGE_SIZE:page * PAGE_SIZE])
         if not rows:
@@ -113,7 +115,7 @@ def document_hits(store, text: str, key: str, **runs) -> tuple[int, int] | None:
     total = store.count_documents(text, **runs)
     if not total:
         return None
-    with st.expander(f"{total:,} document(s) match", expanded=True):
+    with st.expander(f"{plural(total, 'document')} {agree(total, 'matches', 'match')}", expanded=True):
         pages = (total + HITS_PER_PAGE - 1) // HITS_PER_PAGE
         page = int(st.number_input(f"Page of documents (of {pages:,})", 1, pages, key=f"{key}-page")) if pages > 1 else 1
         chosen = None
