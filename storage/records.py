@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contracts.domain import Document, Result, unread_chars
+from contracts.words import plural
 from storage.database import JsonText
 from storage.tables import (
     DatasetRecord,
@@ -56,7 +57,7 @@ def check_results(report: RunReport, documents: Sequence[Document]) -> None:
     """A report's results pair with the documents, in order."""
     results = report.results
     if len(results) != len(documents):
-        raise ValueError(f"the report has {len(results)} results for {len(documents)} documents; "
+        raise ValueError(f"the report has {plural(len(results), 'result')} for {plural(len(documents), 'document')}; "
                          "run the engine with keep_results=True to record a run")
     for doc, result in zip(documents, results):
         if str(result.document_id) != str(doc.id):

@@ -206,7 +206,7 @@ def _offset(value: Any, text: str, where: str) -> list[int] | None:
     if end <= start:
         raise InputError(f"{where}: offset [{start}, {end}] is an empty or reversed span (end must be after start)")
     if not 0 <= start < end <= len(text):
-        raise InputError(f"{where}: offset [{start}, {end}] is not inside the text ({len(text)} characters)")
+        raise InputError(f"{where}: offset [{start}, {end}] is not inside the text ({plural(len(text), 'character')})")
     return [start, end]
 
 
@@ -323,7 +323,7 @@ def _ls_span(text: str, value: dict, where: str) -> tuple[int, int]:
     if end <= start:
         raise InputError(f"{where}: offsets [{start}, {end}) are an empty or reversed span (end must be after start)")
     if not 0 <= start < end <= len(text):
-        raise InputError(f"{where}: offsets [{start}, {end}) are not inside the text ({len(text)} characters)")
+        raise InputError(f"{where}: offsets [{start}, {end}) are not inside the text ({plural(len(text), 'character')})")
     return start, end
 
 
