@@ -123,7 +123,7 @@ def defaults_for(reads: Reads, value: Any, where: str = "--schema") -> dict[str,
     if reads == Reads.LABELS:
         if isinstance(value, list):
             return {"labels": value}
-        if isinstance(value, dict) and "labels" in value and set(value) <= {"task", "labels"}:
+        if isinstance(value, dict) and value and set(value) <= {"task", "labels"}:     # a task alone is a default too
             return {k: value[k] for k in ("task", "labels") if value.get(k) is not None}
         raise InputError(f"{where}: this model reads a task and labels; give {{\"task\": \"ext\", \"labels\": "
                          f"[\"人物\", \"地点\"]}} or a list of labels, not {_kind(value)}")

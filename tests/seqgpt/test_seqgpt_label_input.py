@@ -65,3 +65,12 @@ def test_a_job_upload_with_a_task_and_no_labels_says_the_labels_are_missing(tmp_
         assert message.startswith("line 1: \"labels\" is missing") and "unknown task" not in message
         assert client.get("/v1/jobs").json()["jobs"] == []
     app.state.api.store.close()
+
+
+def test_a_default_task_without_labels_leaves_the_missing_labels_to_be_named(tmp_path):
+    from contracts.names import Reads
+    from workstation.inputs import defaults_for
+    assert defaults_for(Reads.LABELS, {"task": "cls"}) == {"task": "cls"}
+    bare = write_jsonl(tmp_path / "bare.jsonl", [{"text": "好评如潮"}])
+    with pytest.raises(InputError, match="line 1: \"labels\" is missing"):
+        read_valid_documents(bare, SeqGPT(), {"task": "cls"})
