@@ -101,21 +101,22 @@ def fits(model, docs, batch: int, dtype: str, options: dict) -> tuple[bool, floa
     return not report.backoffs, (report.peak_memory_bytes or 0) / GIB
 
 
-def largest(model, make_docs, dtype: str, options: dict, cap: int) -> dict:
-    """Double from 8 while a batch fits, then bisect between the last fit and the first back-off."""
+def largest(fits_at, cap: int) -> dict:
+    """The largest batch for which fits_at(batch) -> (fits, peak GiB) holds: doubled from 8 while it fits, then
+    bisected between the last fit and the first that did not, to within an eighth of the answer."""
     lo, hi, peak, probes, size = 0, None, None, 0, 8
     while size <= cap:
-        ok, gib = fits(model, make_docs(size), size, dtype, options)
+        ok, gib = fits_at(size)
         probes += 1
         if not ok:
             hi = size
             break
         lo, peak, size = size, gib, size * 2
     if hi is None:
-        return {"largest": lo, "capped": True, "peak_gib": peak, "probes": probes}
+        return {"largest": lo, "capped": True, "peak_gib": peak and round(peak, 2), "probes": probes}
     while hi - lo > max(lo // 8, 1):
         mid = (lo + hi) // 2
-        ok, gib = fits(model, make_docs(mid), mid, dtype, options)
+        ok, gib = fits_at(mid)
         probes += 1
         lo, hi, peak = (mid, hi, gib) if ok else (lo, mid, peak)
     return {"largest": lo, "capped": False, "peak_gib": peak and round(peak, 2), "probes": probes}
@@ -139,10 +140,11 @@ def fit_tables(device: str, rex, seqgpt, clock: Clock, result: dict, save) -> No
         t0 = time.perf_counter()
         try:
             if name == "rexuninlu":      # a long text gives about 3 windows of 512: two batches of each size probed
-                found = largest(rex, lambda b: rex_docs(b if length < 512 else b // 2 + 8, length), dtype, {}, 1024)
+                found = largest(lambda b: fits(rex, rex_docs(b if length < 512 else b // 2 + 8, length), b, dtype, {}),
+                                1024)
             else:
-                found = largest(seqgpt, lambda b: seqgpt_docs(b, length), dtype,
-                                {"max_new_tokens": NEW_TOKENS, "num_beams": 4}, 256)
+                found = largest(lambda b: fits(seqgpt, seqgpt_docs(b, length), b, dtype,
+                                               {"max_new_tokens": NEW_TOKENS, "num_beams": 4}), 256)
         except RuntimeError as e:
             found = {"error": str(e)}
         rows.append({"model": name, "dtype": dtype, "length": length, "card_gb": card, **found,
