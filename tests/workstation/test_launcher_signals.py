@@ -1,4 +1,5 @@
-"""Stopping `python3 launcher.py` (the UI) stops the server it started: nothing is left holding the port (#28)."""
+"""Stopping `python3 launcher.py` (the UI) stops the server it started, which shuts down in its own way (not killed):
+nothing is left holding the port (#28)."""
 from __future__ import annotations
 
 import os
@@ -54,6 +55,8 @@ def test_a_signal_to_the_launcher_stops_the_ui_server_and_frees_its_port(tmp_pat
         gone, alive = psutil.wait_procs(children, timeout=5)
         assert not alive, f"still running after the launcher ended: {[p.cmdline() for p in alive]}"
         assert port_is_free(port)
+        log.flush()
+        assert "Stopping..." in (tmp_path / "launcher.log").read_text()     # it stopped itself, not killed
     finally:
         for p in children:                               # only what this test started
             if p.is_running():
