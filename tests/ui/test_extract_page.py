@@ -205,6 +205,7 @@ def test_a_slow_run_shows_progress_and_cancel_stops_it_without_recording(app, mo
     job = at.session_state["extract:running"]
     assert not job.done
     assert any("Running fakeie" in m.value for m in at.markdown)
+    assert button(at, "Run").disabled                       # one run at a time
     time.sleep(0.3)
     at.run()                                                # the fragment redraws what the model has done
     line = next(c.value for c in at.caption if "model step" in c.value)

@@ -128,7 +128,8 @@ job: extraction.BackgroundRun | None = st.session_state.get(RUNNING)
 if job is not None and job.done:        # ended since the last rerun: Run is free again
     finish(job)
     job = None
-if st.button("Run", type="primary", disabled=bool(schema_error) or job is not None):
+clicked = st.button("Run", type="primary", disabled=bool(schema_error) or job is not None)
+if clicked and job is None:             # a click sent before Run was redrawn disabled starts nothing more
     doc = runs.document_for(fam, preset, schema, st.session_state.get(TEXT) or "")
     request = runs.RunRequest(fam.name, device, tuple(opts), task=preset.name,
                               options=tuple(sorted(options.items())), thresholds=thresholds)
@@ -142,6 +143,8 @@ if st.button("Run", type="primary", disabled=bool(schema_error) or job is not No
         if job.wait(extraction.wait_s):
             finish(job)
             job = None
+        else:
+            st.rerun()                  # Run was drawn before the run began: drawn again, disabled
 
 
 @st.fragment(run_every=timedelta(seconds=0.5))
