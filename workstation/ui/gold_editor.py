@@ -136,7 +136,7 @@ def editor(store, detail, position: int) -> None:
                 actions.append(("load", saved[-1][1].output))
         if tuples:
             st.dataframe(pd.DataFrame([{
-                "#": i + 1, "tuple": render.tuple_text_json(t),
+                "#": i + 1, "extraction": render.tuple_text_json(t),
                 "offsets": "; ".join(f"[{e['offset'][0]}, {e['offset'][1]})" if e["offset"] else "—" for e in t),
                 "check": next((p for p in (element_problem(text, e) for e in t) if p), "✓"),
             } for i, t in enumerate(tuples)]), hide_index=True, key=_key(d, "table"))
