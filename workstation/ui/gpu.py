@@ -103,7 +103,7 @@ def host_card(host: HostSample, history: list[Snapshot], compact: bool) -> None:
         cols[2].metric("This app", _num(host.process_rss and host.process_rss / MIB, ",.0f", " MiB"))
         frame = host_frame(history)
         if len(frame) > 1:
-            height = 120 if compact else 160
+            height = 150 if compact else 170
             left, right = st.columns(2)
             left.altair_chart(chart(frame, "cpu", 100, height))
             right.altair_chart(chart(frame, "host_memory", host.memory_total / GIB if host.memory_total else None,
@@ -113,7 +113,9 @@ def host_card(host: HostSample, history: list[Snapshot], compact: bool) -> None:
 def gpu_panel(recorder: GpuRecorder, compact: bool = False) -> None:
     history = recorder.history()
     latest = recorder.latest()
-    if not recorder.available:
+    if not recorder.available and compact:      # beside a job's card: one line is enough
+        st.caption(f"No NVIDIA GPU here: the host's CPU and memory. Details: {render.md_text(recorder.monitor.reason)}")
+    elif not recorder.available:
         st.info("No NVIDIA GPU here: the host's CPU and memory are shown; everything works on the CPU.",
                 icon=":material/memory:")
         # NVML's own words help whoever sets up a driver; in a details line, not the headline.
