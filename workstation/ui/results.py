@@ -127,7 +127,7 @@ def extractions_table(result: Result, rows: list[dict], key: str) -> None:
     st.markdown(f"**Extractions** ({render.md_text(plural(len(result.tuples), 'extraction'))})")
     st.html(render.counts_html(counts))
     left, right = st.columns([3, 2])
-    chosen = left.multiselect("Show types", list(counts), default=list(counts), key=f"types-{key}",
+    chosen = left.multiselect("Show types", list(counts), default=[], key=f"types-{key}",
                               placeholder="every type") if len(counts) > 1 else list(counts)
     confidences = [r["confidence"] for r in rows if r["confidence"] is not None]
     floor = right.slider("Lowest confidence", 0.0, 1.0, 0.0, 0.05, key=f"conf-{key}",
