@@ -12,11 +12,12 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks import api, budget24, host_memory, memory, rexuninlu, seqgpt, seqgpt_e2e, training
+from benchmarks import api, budget24, cli_e2e, host_memory, memory, rexuninlu, seqgpt, seqgpt_e2e, training
 
 # One module per subject; each exports BENCHMARKS = {name: fn(args) -> {"env", "rows", ...}}.
 BENCHMARKS = {**rexuninlu.BENCHMARKS, **seqgpt.BENCHMARKS, **seqgpt_e2e.BENCHMARKS, **memory.BENCHMARKS,
-              **training.BENCHMARKS, **api.BENCHMARKS, **host_memory.BENCHMARKS, **budget24.BENCHMARKS}
+              **training.BENCHMARKS, **api.BENCHMARKS, **host_memory.BENCHMARKS, **budget24.BENCHMARKS,
+              **cli_e2e.BENCHMARKS}
 
 
 def print_table(result: dict) -> None:
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--train-steps", type=int, default=5, help="train-step: timed steps after warm-up")
     p.add_argument("--clients", type=int, default=16, help="api-load: concurrent HTTP clients")
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                   help="host-memory: input sizes in documents (default 20000,200000)")
+                   help="host-memory: input sizes in documents (default 20000,200000); cli-e2e: (default --docs)")
     p.add_argument("--record", default="on", choices=["on", "off", "both"],
                    help="host-memory: record into a temporary history (on: the CLI's default), --no-record, or both")
     p.add_argument("--host-batch", type=int, default=64, help="host-memory: extract --batch-size")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -214,16 +215,18 @@ def extract(args) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{args.output.name}.", dir=args.output.parent)
     reading = ReadingCount()
+    times = ProcessTimes()
     history = None if args.no_record else History(s)
     try:
         with os.fdopen(fd, "wb") as out:
             def write(document, result) -> None:
+                times.result()
                 out.write(result.to_json_line() + b"\n")       # UTF-8 JSON Lines, as the Result holds them
                 reading.add(document, result)
                 if history:
                     history.add(document, result)
             # Loaded once the first documents have passed their checks: a bad first line costs no load.
-            report = engine.run(lambda: nullcontext(engine.load_model(args.model, weights, device, "fp32")),
+            report = engine.run(lambda: nullcontext(times.load(engine.load_model, args.model, weights, device, "fp32")),
                                 documents, batch_size, family=fam, optimizations=names,
                                 only_applicable=args.optimizations is None, dtype=args.dtype,
                                 configured_dtype=ms.dtype, on_start=history.start if history else None,
@@ -241,6 +244,7 @@ def extract(args) -> int:
           f"attention {report.attention}); output: {args.output}"
           + (f"; {skipped.count} skipped" if skipped and skipped.count else ""), file=sys.stderr)
     print(describe_stages(report.stages, report.wall_seconds, report.device_busy, report.backoffs), file=sys.stderr)
+    print(times.describe(report.stages.get("warm-up", 0.0)), file=sys.stderr)
     if reading.reported:
         hint = " (--long-text window reads all of them)" if reading.cut and "long_text" in fam.options \
             and options.get("long_text", "truncate") == "truncate" else ""
@@ -316,6 +320,32 @@ def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dic
     except (ValueError, UnicodeDecodeError) as e:
         raise InputError(f"--thresholds: {path} is not JSON ({e})") from None
     return check_thresholds(data)
+
+
+class ProcessTimes:
+    """This process's milestones in seconds since the OS started it (the interpreter's start and imports
+    included), as a user waiting on the command sees them; `bench cli-e2e` reads the line describe() prints."""
+
+    def __init__(self):
+        import psutil
+        self.born = psutil.Process().create_time()
+        self.load_seconds = self.first_result = None
+
+    def load(self, loader, *args):
+        started = time.perf_counter()
+        model = loader(*args)
+        self.load_seconds = time.perf_counter() - started
+        return model
+
+    def result(self) -> None:
+        if self.first_result is None:
+            self.first_result = time.time() - self.born
+
+    def describe(self, warm_up: float) -> str:
+        load = f"{self.load_seconds:.2f}s" if self.load_seconds is not None else "-"
+        first = f"{self.first_result:.2f}s" if self.first_result is not None else "-"
+        return (f"process: model load {load} · warm-up {warm_up:.2f}s · first result {first} · "
+                f"done {time.time() - self.born:.2f}s after the process started")
 
 
 class ReadingCount:
