@@ -43,6 +43,8 @@ class Knobs:
     checkpointing: gradient checkpointing of the blocks (training only)
     host_workers:  processes that do the host's share of a run (tokenising, decoding, serialising) while
                    the run's own process feeds the device; 0: all of it in the run's own process
+    host_workers_from: a run of fewer documents stays in its own process unless the workers are already up
+                   (starting them costs more than they save on a short run); 0: any run of more than a batch
     """
 
     dtype: str = "fp32"
@@ -51,6 +53,7 @@ class Knobs:
     cuda_graphs: bool = False
     checkpointing: bool = False
     host_workers: int = 0
+    host_workers_from: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -75,6 +78,13 @@ class LoadedModel(ABC):
     @abstractmethod
     def set_dtype(self, dtype: str) -> None:
         """Cast the weights (fragile parts stay fp32) and record it in knobs."""
+
+    def prepare_run(self, documents: int | None) -> dict[str, str]:
+        """Called by the engine once a run's knobs are set, before its first batch, with the run's number of
+        documents when its whole input is already read (None: more than one slice). Work the run will need can
+        start here (worker processes). Returns optimization name -> what runs instead, for one that sits this run
+        out; the run records it."""
+        return {}
 
     def tokens_processed(self) -> int:
         """Tokens fed to the network since load (for run statistics)."""

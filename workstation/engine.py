@@ -184,6 +184,9 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
     first = next(slices, [])            # checked before the model is taken: a bad first line costs no load
     with (model() if lent else nullcontext(model)) as taken, _alone(taken):
         active = settle(taken, optimizations, dtype, configured_dtype, only_applicable)
+        # Before the first batch: the model starts what the run will need (host workers import while the graphs
+        # are captured), or says which optimization sits out a run this short.
+        active.update(taken.prepare_run(len(first) if len(first) < slice_size(batch_size) else None))
         report = RunReport(taken.family.name, str(taken.weights), taken.is_demo, taken.device, taken.knobs.dtype,
                            taken.attention_kernel(), active, batch_size, options,
                            datetime.now(timezone.utc).isoformat(timespec="seconds"),

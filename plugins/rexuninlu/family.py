@@ -11,6 +11,7 @@ from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
 from contracts.precision import MasterWeights
+from contracts.words import plural
 from plugins.rexuninlu import demo, loading
 from plugins.rexuninlu.modeling import forget_fused_projections
 from plugins.rexuninlu.pipeline import run_documents
@@ -114,6 +115,7 @@ class LoadedRex(LoadedModel):
         self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device, self.knobs)
         self.scorer.clock = lambda: self.clock
         self.workers: HostWorkers | None = None          # started by the first run that uses them
+        self.in_process = False                          # prepare_run's decision: this run without the workers
         self.master = MasterWeights()                      # the encoder's fp32 weights while it runs reduced
 
     def set_dtype(self, dtype: str) -> None:
@@ -142,10 +144,24 @@ class LoadedRex(LoadedModel):
         if not self.knobs.host_workers and self.workers is not None:      # switched off: their processes end
             self.workers.close()
             self.workers = None
-        if self.knobs.host_workers and len(documents) > batch_size:     # one batch's worth gains nothing
+        if self.knobs.host_workers and not self.in_process and len(documents) > batch_size:   # one batch gains nothing
             yield from self.host_workers().run(self.scorer, documents, batch_size, on_progress, self.clock)
         else:
             yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress, self.clock)
+
+    def prepare_run(self, documents: int | None) -> dict[str, str]:
+        """Host workers: started now, before the first batch, so they load their tokenizer while this process
+        captures graphs and prepares its first windows; or not used at all by a run shorter than the knob's
+        host_workers_from, unless they are already up (kept from an earlier run of this model)."""
+        running = self.workers is not None and bool(self.workers.pipes) and self.workers.count == self.knobs.host_workers
+        short = documents is not None and documents < self.knobs.host_workers_from
+        self.in_process = bool(self.knobs.host_workers) and short and not running
+        if self.in_process:
+            return {"host-workers": f"off for this run: {plural(documents, 'document')}, fewer than "
+                                    f"{self.knobs.host_workers_from:,} (starting the workers costs more than they save)"}
+        if self.knobs.host_workers:
+            self.host_workers().start()
+        return {}
 
     def host_workers(self) -> HostWorkers:
         """The worker processes for the count the knob asks, kept between runs (they take seconds to start)."""

@@ -9,6 +9,7 @@ import torch
 
 from benchmarks.density import DENSITIES, calibrate
 from contracts.domain import Document, Result, Span
+from plugins.optimizations import host_workers
 from plugins.rexuninlu.loading import load_tokenizer
 from plugins.rexuninlu.prompting import Prompter
 from plugins.rexuninlu.workers import serve, spool, unspool
@@ -156,13 +157,49 @@ def test_a_results_file_cut_short_fails_clearly(tmp_path):
     assert not os.path.exists(path)
 
 
-def test_the_host_workers_optimization_switches_the_knob_and_applies_to_rexuninlu_only(rex):
+def test_the_host_workers_optimization_switches_the_knob_and_applies_to_rexuninlu_only(rex, monkeypatch):
+    monkeypatch.setattr(host_workers, "default_workers", lambda: host_workers.MIN_WORKERS)     # a machine of 9 cores
     opt = plugins.optimizations()["host-workers"]
     assert opt.lossless and opt.switch == "live" and opt.applies_to(rex)[0]
-    assert engine.apply_optimizations(rex, ["host-workers"])["host-workers"].endswith("host worker process(es)")
-    assert rex.knobs.host_workers >= 1
+    assert "host worker process(es)" in engine.apply_optimizations(rex, ["host-workers"])["host-workers"]
+    assert (rex.knobs.host_workers, rex.knobs.host_workers_from) == (host_workers.MIN_WORKERS, host_workers.MIN_DOCUMENTS)
     engine.apply_optimizations(rex, [])
+    assert (rex.knobs.host_workers, rex.knobs.host_workers_from) == (0, 0)
+
+
+def test_host_workers_switch_themselves_off_on_a_machine_of_few_cores(rex, monkeypatch):
+    monkeypatch.setattr(host_workers, "default_workers", lambda: host_workers.MIN_WORKERS - 1)
+    what = engine.apply_optimizations(rex, ["host-workers"])["host-workers"]
+    assert what.startswith("off: ") and f"fewer than {host_workers.MIN_WORKERS} gain nothing" in what
     assert rex.knobs.host_workers == 0
+    engine.apply_optimizations(rex, [])
+
+
+def test_a_run_of_few_documents_goes_without_host_workers_and_its_report_says_so(rex, monkeypatch):
+    monkeypatch.setattr(host_workers, "default_workers", lambda: host_workers.MIN_WORKERS)
+    if rex.workers is not None:
+        rex.workers.close()
+    report = engine.run(rex, mixed_documents(12, seed=6), 4, optimizations=["host-workers"], keep_results=False)
+    assert report.documents == 12 and (rex.workers is None or not rex.workers.pipes)      # no process was started
+    assert report.optimizations["host-workers"].startswith("off for this run: 12 documents, fewer than 5,000")
+    engine.apply_optimizations(rex, [])
+
+
+def test_host_workers_are_started_before_the_first_batch_not_inside_the_run(rex, monkeypatch):
+    rex.knobs.host_workers, rex.knobs.host_workers_from = 2, 0
+    if rex.workers is not None:
+        rex.workers.close()
+    up_when_extracting: list[bool] = []
+    extract = rex.extract
+
+    def watched(documents, *args, **kwargs):
+        up_when_extracting.append(rex.workers is not None and bool(rex.workers.pipes))
+        return extract(documents, *args, **kwargs)
+    monkeypatch.setattr(rex, "extract", watched)
+    report = engine.run(rex, mixed_documents(12, seed=7), 4, keep_results=False)
+    assert report.documents == 12 and up_when_extracting == [True]
+    assert "host-workers" not in report.optimizations
+    rex.knobs.host_workers = 0
 
 
 def test_a_slow_device_never_holds_more_than_AHEAD_batches_of_windows(rex, monkeypatch):
