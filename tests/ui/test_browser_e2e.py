@@ -376,7 +376,7 @@ def test_a_long_text_shows_what_seqgpt_read_and_window_mode_reads_it_all(server,
     page.get_by_label("Text", exact=True).fill(LONG_TEXT)
     settle(page)
     page.get_by_text("seqgpt options").click()
-    page.get_by_label("max_new_tokens", exact=True).fill("16")        # the random demo model would babble for 256
+    page.get_by_label("Longest answer (tokens)", exact=True).fill("16")        # the random demo model would babble for 256
     page.keyboard.press("Enter")
     settle(page)
     click(page, "Run")
@@ -393,7 +393,7 @@ def test_a_long_text_shows_what_seqgpt_read_and_window_mode_reads_it_all(server,
     shot(page, shots, "coverage")
 
     settle(page)
-    box = page.get_by_role("combobox", name="long_text")
+    box = page.get_by_role("combobox", name="Long text")
     for attempt in range(3):            # a click during the re-layout after the screenshot may not open it
         box.click()
         try:
