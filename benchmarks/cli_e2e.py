@@ -50,6 +50,7 @@ CACHE_STATES = ("cold", "second run")
 
 RUN_LINE = re.compile(r"([\d,]+) documents? in ([\d.]+)s")
 BUSY = re.compile(r"device busy (\d+)%")
+SAT_OUT = re.compile(r"^note: (\S+) off", re.M)
 PROCESS_LINE = re.compile(r"process: model load ([\d.]+|-)s? · warm-up ([\d.]+)s · first result ([\d.]+|-)s?")
 
 
@@ -121,7 +122,7 @@ def parse_report(stderr: str) -> dict:
             "run_docs_per_s": round(documents / seconds, 1) if seconds else None,
             "device_busy_%": int(busy.group(1)) if busy else None,
             "model_load_s": number(process.group(1)), "warm_up_s": float(process.group(2)),
-            "first_result_s": number(process.group(3))}
+            "first_result_s": number(process.group(3)), "sat_out": SAT_OUT.findall(stderr)}
 
 
 def machine(device: str) -> dict:
@@ -178,7 +179,13 @@ def cli_e2e(args) -> dict:
                     for state in CACHE_STATES:
                         out = work / "out.jsonl"
                         argv = extract_command(weights, source, out, device, batch, optimizations, dtype)
-                        measured = run_process(argv, cache, device)
+                        try:
+                            measured = run_process(argv, cache, device)
+                        except RuntimeError as e:         # kept as a row: the other rows still say something
+                            rows.append({"density": density, "documents": documents, "variant": name, "caches": state,
+                                         "error": str(e)[-1500:]})
+                            print(rows[-1], file=sys.stderr)
+                            continue
                         lines = sum(1 for _ in open(out, "rb"))
                         output = digest(out)
                         cold_output = cold_output or output

@@ -245,6 +245,9 @@ def extract(args) -> int:
           + (f"; {skipped.count} skipped" if skipped and skipped.count else ""), file=sys.stderr)
     print(describe_stages(report.stages, report.wall_seconds, report.device_busy, report.backoffs), file=sys.stderr)
     print(times.describe(report.stages.get("warm-up", 0.0)), file=sys.stderr)
+    for name, what in report.optimizations.items():
+        if what.startswith("off"):               # asked for, and sat this run out (host-workers on a short run)
+            print(f"note: {name} {what}", file=sys.stderr)
     if reading.reported:
         hint = " (--long-text window reads all of them)" if reading.cut and "long_text" in fam.options \
             and options.get("long_text", "truncate") == "truncate" else ""

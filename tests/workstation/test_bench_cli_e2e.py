@@ -37,10 +37,17 @@ def test_the_report_is_read_from_the_lines_extract_prints():
               "process: model load 1.25s · warm-up 0.75s · first result 4.10s · done 6.00s after the process started\n")
     assert cli_e2e.parse_report(stderr) == {
         "documents_reported": 1000, "run_s": 2.5, "run_docs_per_s": 400.0, "device_busy_%": 80,
-        "model_load_s": 1.25, "warm_up_s": 0.75, "first_result_s": 4.1}
+        "model_load_s": 1.25, "warm_up_s": 0.75, "first_result_s": 4.1, "sat_out": []}
 
 
 def test_a_report_without_its_process_line_is_an_error():
     import pytest
     with pytest.raises(RuntimeError, match="process line"):
         cli_e2e.parse_report("3 documents in 0.10s (30.0 docs/s) on cpu (fp32, attention sdpa); output: o\n")
+
+
+def test_an_optimization_that_sat_the_run_out_is_named_in_the_row():
+    stderr = ("12 documents in 0.50s (24.0 docs/s) on cpu (fp32, attention sdpa); output: o\n"
+              "process: model load 0.90s · warm-up 0.00s · first result 3.00s · done 3.60s after the process started\n"
+              "note: host-workers off for this run: 12 documents, fewer than 5,000 (starting the workers costs more)\n")
+    assert cli_e2e.parse_report(stderr)["sat_out"] == ["host-workers"]
