@@ -139,8 +139,13 @@ def machine(device: str) -> dict:
 def commit() -> str:
     """HEAD, marked '+changes' when the working tree differs from it (the figures are then of code not in HEAD)."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        except OSError:                 # no git installed
+            return ""
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:                        # a copy without .git (the device machine): the commit it was made from
+        return os.environ.get("IEW_COMMIT", "unknown")
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
