@@ -32,7 +32,7 @@ def test_finetune_warns_of_a_tiny_dataset_and_demo_base_weights(app):
     assert not at.exception
     said = warnings(at)
     assert any("1 gold example:" in w for w in said)
-    assert any("random demo weights" in w and "fine-tune" in w for w in said)
+    assert any("random demo weights" in w and "fine\\-tune" in w for w in said)     # markdown-escaped
 
 
 def test_a_dataset_of_the_threshold_size_is_not_called_tiny():

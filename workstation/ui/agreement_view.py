@@ -29,13 +29,13 @@ def outside_note(result: Agreement) -> str:
 
 
 def agreement_table(result: Agreement, key: str) -> None:
-    """Per type: how many mentions each run has, and B's precision and recall against A, exact and overlap."""
+    """Per type: how many spans each run has, and B's precision and recall against A, exact and overlap."""
     rows = result.rows()
     if not rows:
         st.info("Neither run extracted anything from the documents they share.")
         return
     st.dataframe(agreement_frame(rows), hide_index=True, key=key)
-    st.caption("B measured against A: precision is the share of B's mentions A also made, recall the share of "
+    st.caption("B measured against A: precision is the share of B's spans A also found, recall the share of "
                "A's that B also made. Exact: the same type and offsets; overlap: the same type and overlapping "
                "offsets, matched one to one. A classification label matches the same label.")
     if result.outside:

@@ -94,7 +94,7 @@ def host_frame(history: list[Snapshot]) -> pd.DataFrame:
 def host_card(host: HostSample, history: list[Snapshot], compact: bool) -> None:
     """This machine's CPU and memory now and over the window (psutil)."""
     with st.container(border=True):
-        st.markdown(f"**Host** · {_num(host.cpus, 'd')} CPU cores")
+        st.markdown("**Host** · " + render.md_text(f"{_num(host.cpus, 'd')} CPU cores"))
         cols = st.columns(3)
         cols[0].metric("CPU", _num(host.cpu_percent, ".0f", " %"))
         used = _num(host.memory_used and host.memory_used / GIB, ",.1f")

@@ -68,7 +68,7 @@ with left:
                  "An object of types, nested for relations and events.")
 with right:
     st.text_area("Text", key=TEXT, height=220, placeholder="Paste the text to extract from")
-    st.caption(plural(len(st.session_state.get(TEXT) or ''), "character"))
+    st.caption(render.md_text(plural(len(st.session_state.get(TEXT) or ''), "character")))
 st.session_state[DRAFT_TEXT] = st.session_state.get(TEXT) or ""
 st.session_state[schema_draft(task)] = st.session_state.get(SCHEMA) or ""
 st.session_state[DRAFT_TASK] = task

@@ -76,7 +76,7 @@ def new_run_form() -> None:
                     cautions.demo_weights("a fine-tune of them and its scores")
                     if base and Path(base).is_dir() and base_fam.is_demo(Path(base)) else None):
         if caution:
-            st.warning(caution, icon=":material/warning:")
+            st.warning(render.md_text(caution), icon=":material/warning:")
 
     cols = st.columns(3)
     mode = cols[0].radio("Evaluate on", list(EVAL_MODES), format_func=EVAL_MODES.get, key="ft_eval_mode",

@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from contracts.domain import InputError, WeightsError
+from contracts.words import agree, plural
 from storage.repository import NotFound
 from workstation import review
 from workstation.agreement import Mention, agreement
@@ -173,8 +174,10 @@ def move(base: tuple, to: int) -> None:
 decisions = st.session_state.setdefault("review_decisions", {})
 base = (A.id, B.id, doc.position_a)       # ids may repeat in a run; positions do not
 total = len(doc.disagreements)
-st.markdown(f"**Disagreements** ({total:,}; {len(doc.agreed):,} mention(s) both models agree on are "
-            "kept as they are)")
+agreed = len(doc.agreed)
+st.markdown(f"**Disagreements** ({total:,}; " + render.md_text(
+    f"{plural(agreed, 'span')} both models agree on {agree(agreed, 'is', 'are')} kept as "
+    f"{agree(agreed, 'it is', 'they are')})"))
 if not doc.disagreements:
     st.success("Both models extracted the same from this document.")
 else:

@@ -48,7 +48,7 @@ for caution in (cautions.tiny_dataset(datasets[chosen_id].examples, cautions.TIN
                                         "thresholds tuned on it"),
                 cautions.demo_weights("thresholds tuned on them") if demo else None):
     if caution:
-        st.warning(caution, icon=":material/warning:")
+        st.warning(render.md_text(caution), icon=":material/warning:")
 if st.button("Tune", type="primary"):
     examples = store.gold_examples(chosen_id)
     try:
