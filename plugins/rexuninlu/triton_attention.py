@@ -184,8 +184,11 @@ def disentangled_attention(q, k, v, c2p_table, p2c_table, codes: KernelCodes, sc
     codes from kernel_codes -> context [B,H,L,d], stored [B,L,H,d] underneath so the caller's merge of
     heads is free. Tiles not given come from tiles_for the device's shared memory."""
     B, H, L, D = q.shape
-    index = torch.cuda.current_device() if q.device.index is None else q.device.index
-    chosen = tiles_for(device_shared_limit(index) if q.is_cuda else TILES_LIMIT_OFF_CUDA, q.element_size(), D)
+    if q.is_cuda:
+        limit = device_shared_limit(torch.cuda.current_device() if q.device.index is None else q.device.index)
+    else:                    # Triton's CPU interpreter (the tests): no device to ask
+        limit = TILES_LIMIT_OFF_CUDA
+    chosen = tiles_for(limit, q.element_size(), D)
     block_m, block_n = block_m or chosen.block_m, block_n or chosen.block_n
     num_warps, num_stages = num_warps or chosen.num_warps, num_stages or chosen.num_stages
     span = c2p_table.shape[-1] // 2

@@ -19,10 +19,12 @@ MESSAGES = {"error", "warning", "info", "success", "markdown", "caption", "write
             "subheader", "exception"}
 ESCAPES = {"md_text", "md_code"}
 NUMERIC_CALLS = {"len", "int", "float", "round", "sum"}
+# contracts.words: a count (formatted as a number) and nouns or verbs the code wrote, when they are constants.
+COUNTED_WORDS = {"plural", "agree"}
 # By their source text: numbers (ids, counts), the class name of an exception, and text the code or a
 # plugin's author wrote (titles, descriptions, statuses, a verdict's reason), never a user.
 NUMBERS = {"run_id", "job_id", "new_id", "example_id", "a", "b", "last", "j + 1", "job.id", "run.id", "ex.id",
-           "gpu.index", "view[1]", "dataset.examples", "os.getpid()"}
+           "gpu.index", "view[1]", "dataset.examples", "os.getpid()", "total"}
 CODE_TEXT = {"type(e).__name__", "DEMO_NOTICE", "fam.name", "fam.title", "fams[name].title", "preset.description",
              "opt.title", "opt.description", "opt.switch", "reason", "plugins.ENTRY_POINT_GROUP",
              "SWITCH_NOTE.get(opt.switch, '')", "STATUS_ICONS.get(run.status, '')", "job.status", "run.status",
@@ -40,6 +42,8 @@ def safe(node: ast.AST) -> bool:
         numeric = any(c in spec for c in ",.dfg%") and node.conversion == -1
         return numeric or safe(node.value)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        if any(isinstance(side, ast.Constant) and type(side.value) is int for side in (node.left, node.right)):
+            return True                      # `position + 1`: arithmetic on a number is a number
         return safe(node.left) and safe(node.right)
     if isinstance(node, ast.IfExp):
         return safe(node.body) and safe(node.orelse)
@@ -47,6 +51,8 @@ def safe(node: ast.AST) -> bool:
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         if name in ESCAPES or name in NUMERIC_CALLS:
             return True
+        if name in COUNTED_WORDS:
+            return all(isinstance(arg, ast.Constant) for arg in node.args[1:]) and not node.keywords
         if name == "join" and isinstance(node.func.value, ast.Constant) and len(node.args) == 1:
             items = node.args[0]
             if isinstance(items, (ast.GeneratorExp, ast.ListComp)):
@@ -80,6 +86,9 @@ def test_every_interpolation_in_a_ui_message_is_escaped_or_a_number():
     ('st.success(f"Saved in dataset {name!r}.")', False),
     ('cols[0].caption("in: " + ", ".join(f"{render.md_text(n)} ({ex.id})" for n in names))', True),
     ('cols[0].caption("in: " + ", ".join(names))', False),
+    ('st.caption(f"#{position + 1} of {plural(n, \'document\')}")', True),
+    ('st.caption(f"{plural(n, noun)}")', False),
+    ('st.caption(f"{name + suffix}")', False),
 ])
 def test_the_scan_tells_escaped_from_unescaped(source, ok):
     call = ast.parse(source).body[0].value

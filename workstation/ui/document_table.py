@@ -122,7 +122,7 @@ def document_hits(store, text: str, key: str, **runs) -> tuple[int, int] | None:
         for hit in store.search_documents(text, limit=HITS_PER_PAGE, offset=(page - 1) * HITS_PER_PAGE, **runs):
             cols = st.columns([6, 1])
             with cols[0]:
-                st.markdown(f"**Run {hit.run_id}** · document {render.md_text(hit.doc_id)} (#{hit.position + 1}) · "
+                st.markdown(f"**Run {hit.run_id:d}** · document {render.md_text(hit.doc_id)} (#{hit.position + 1}) · "
                             f"{render.md_text(hit.model)}"
                             + ("" if hit.in_text else " · found in its schema, labels or spans"))
                 st.html(snippet_html(hit.snippet))

@@ -195,13 +195,13 @@ def comparison_view(store, a: int, b: int) -> None:
     cols[2].metric("Peak GPU memory B", fmt_bytes(mem_b),
                    fmt_bytes(mem_b - mem_a) if mem_a is not None and mem_b is not None else None,
                    delta_color="inverse", help=f"A: {fmt_bytes(mem_a)}")
-    cols[3].metric("Tuples only in A / only in B", f"{cmp.only_a:,} / {cmp.only_b:,}",
-                   help=f"{plural(cmp.both, 'tuple')} {agree(cmp.both, 'is', 'are')} in both runs")
-    for note in notes:
-        st.info(note, icon=":material/info:")
+    cols[3].metric("Extractions only in A / only in B", f"{cmp.only_a:,} / {cmp.only_b:,}",
+                   help=f"{plural(cmp.both, 'extraction')} {agree(cmp.both, 'is', 'are')} in both runs")
+    for note in notes:                           # code-written sentences; escaped all the same
+        st.info(render.md_text(note), icon=":material/info:")
     changed = comparison.changed_settings(cmp.a, cmp.b)
     if changed:
-        st.caption("Changed between A and B: " + ", ".join(n.replace("_", " ") for n in changed) + ".")
+        st.caption("Changed between A and B: " + ", ".join(render.md_text(n.replace("_", " ")) for n in changed) + ".")
     stages = comparison.stage_frame(cmp.a, cmp.b)
     if not stages.empty:
         st.markdown("**Where the time went** (seconds per stage; stages overlap, so they can add up to more "
