@@ -319,7 +319,7 @@ def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dic
     if not path.is_file():
         raise InputError(f"--thresholds: {arg} is neither 'saved' nor a file")
     try:
-        data = json.loads(path.read_text("utf-8"))
+        data = json.loads(path.read_text("utf-8-sig"))
     except (ValueError, UnicodeDecodeError) as e:
         raise InputError(f"--thresholds: {path} is not JSON ({e})") from None
     return check_thresholds(data)

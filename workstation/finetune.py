@@ -95,7 +95,7 @@ def read_gold(path: Path, family) -> list[tuple[Document, list]]:
     """Gold documents, each checked by its model family; every problem names its line."""
     require_file(Path(path), "gold file")
     out = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:
         for n, raw in enumerate(f, start=1):
             if not raw.strip():
                 continue
