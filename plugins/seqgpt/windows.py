@@ -261,3 +261,7 @@ def read(documents: Sequence[Document], run: Callable[[list[Document]], Iterator
         yield merge(p, [next(stream) for _ in each])
         if on_progress:
             on_progress(done)
+    # Run the stream to its end: the pipeline counts the run's tokens and retires its pools after its last
+    # result, and a generator left suspended there never does (History showed such runs with 0 tokens).
+    for extra in stream:
+        raise RuntimeError(f"the pipeline gave a result for {extra.document_id!r} beyond the documents' parts")

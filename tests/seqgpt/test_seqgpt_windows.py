@@ -146,6 +146,18 @@ def test_classification_in_windows_takes_the_labels_any_window_chose(tokenizer):
     assert [t[0].type for t in result.tuples] == ["first", "later"]
 
 
+def test_the_pipeline_stream_is_run_to_its_end_so_it_can_count_its_tokens(tokenizer):
+    # The pipeline counts a run's tokens after its last result; a stream left suspended there recorded 0 tokens
+    # (issue #28), depending on whether the last result came before or after the device loop ended.
+    ended = []
+
+    def pipeline(parts):
+        yield from fake_pipeline(parts)
+        ended.append(True)
+    results = list(windows.read([doc(english(5)), doc(english(6, seed=3))], pipeline, tokenizer, "truncate"))
+    assert len(results) == 2 and ended == [True]
+
+
 def test_a_sentence_pair_is_never_split(tokenizer):
     text = english(20) + "\t" + english(20, seed=9)
     p = windows.plan(doc(text, ["entailment", "neutral"], "nli"), tokenizer, "window", max_prompt_tokens=BUDGET)
