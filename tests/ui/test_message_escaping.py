@@ -28,7 +28,7 @@ NUMBERS = {"run_id", "job_id", "new_id", "example_id", "a", "b", "last", "j + 1"
 CODE_TEXT = {"type(e).__name__", "DEMO_NOTICE", "fam.name", "fam.title", "fams[name].title", "preset.description",
              "opt.title", "opt.description", "opt.switch", "reason", "plugins.ENTRY_POINT_GROUP",
              "SWITCH_NOTE.get(opt.switch, '')", "STATUS_ICONS.get(run.status, '')", "job.status", "run.status",
-             "side"}
+             "side", "caveat"}
 ALLOWED = NUMBERS | CODE_TEXT
 
 

@@ -197,8 +197,8 @@ def comparison_view(store, a: int, b: int) -> None:
                    delta_color="inverse", help=f"A: {fmt_bytes(mem_a)}")
     cols[3].metric("Extractions only in A / only in B", f"{cmp.only_a:,} / {cmp.only_b:,}",
                    help=f"{plural(cmp.both, 'extraction')} {agree(cmp.both, 'is', 'are')} in both runs")
-    for note in notes:                           # code-written sentences; escaped all the same
-        st.info(render.md_text(note), icon=":material/info:")
+    for caveat in notes:                         # comparison.caveats: sentences the code wrote
+        st.info(caveat, icon=":material/info:")
     changed = comparison.changed_settings(cmp.a, cmp.b)
     if changed:
         st.caption("Changed between A and B: " + ", ".join(render.md_text(n.replace("_", " ")) for n in changed) + ".")
