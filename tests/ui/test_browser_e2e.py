@@ -387,6 +387,7 @@ def test_a_long_text_shows_what_seqgpt_read_and_window_mode_reads_it_all(server,
     assert cut.summary.cut_documents == 1
     (start, end), = cut.items[0][1].coverage
     assert 0 < start < end == len(LONG_TEXT)
+    page.locator(".iew-text .iew-unread").first.wait_for(timeout=60_000)    # drawn after the run's heading
     greyed = "".join(page.locator(".iew-text .iew-unread").all_inner_texts())
     assert greyed and LONG_TEXT.startswith(greyed) and len(greyed) == start
     page.get_by_text("the greyed, struck-through part was not read").wait_for()
