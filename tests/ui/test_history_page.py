@@ -72,7 +72,7 @@ def test_compare_shows_the_span_diff(two_runs):
     # The two runs read different texts under the same id ("… in Paris." / "… in Rome."): two documents.
     assert ("only in A", "Paris: Paris [17, 22)") in set(zip(diff["change"], diff["extraction"]))
     assert ("only in B", "(the whole document)") in set(zip(diff["change"], diff["extraction"]))
-    assert any("1 document(s) have the same id but a different text" in w.value for w in at.warning)
+    assert any("1 document has the same id but a different text" in w.value for w in at.warning)
     assert next(m for m in at.metric if m.label == "Speed-up B over A").value == "—"
     assert not any("exactly the same tuples" in s.value for s in at.success)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import streamlit as st
 
+from contracts.words import agree, plural
 from workstation.agreement import Agreement
 from workstation.ui import render
 
@@ -42,4 +43,4 @@ def agreement_table(result: Agreement, key: str) -> None:
         st.caption(render.md_text(outside_note(result)))
     skipped = len(result.only_in_a) + len(result.only_in_b)
     if skipped:
-        st.caption(f"{skipped:,} document(s) are in only one of the runs (matched by id and text) and are not counted.")
+        st.caption(f"{plural(skipped, 'document')} {agree(skipped, 'is', 'are')} in only one of the runs (matched by id and text) and are not counted.")

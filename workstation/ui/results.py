@@ -7,7 +7,6 @@ import pandas as pd
 import streamlit as st
 
 from contracts.domain import Document, Result, unread
-from contracts.model import DEMO_NOTICE
 from contracts.stages import describe as describe_stages
 from contracts.words import agree, plural
 from workstation.ui import comparison, render
@@ -43,11 +42,13 @@ def run_numbers(summary, demo_notice: bool = True) -> None:
     opts = summary.optimizations or {}
     st.caption("Optimizations: " + (", ".join(render.md_text(f"{k} ({v})") for k, v in opts.items()) if opts
                                     else "none (fp32 eager path)")
-               + f" · attention: {render.md_text(summary.attention)} · {summary.documents:,} document(s) · "
+               + f" · attention: {render.md_text(summary.attention)} · {plural(summary.documents, 'document')} · "
                f"model {render.md_text(summary.model)}")
     stage_line(summary)
     if summary.demo and demo_notice:
-        st.warning(DEMO_NOTICE, icon=":material/warning:")
+        # The page's banner speaks of the weights chosen now; this says which weights made this run.
+        st.warning("This run was made on random demo weights: its outputs are meaningless.",
+                   icon=":material/warning:")
 
 
 def stage_line(summary) -> None:
@@ -174,7 +175,7 @@ def comparison_view(store, a: int, b: int) -> None:
     st.markdown(f"**Run {a} (A) vs run {b} (B)**")
     cols = st.columns(4)
     if cmp.texts_differ:
-        st.warning(f"{len(cmp.texts_differ):,} document(s) have the same id but a different text in the two runs "
+        st.warning(f"{plural(len(cmp.texts_differ), 'document')} {agree(len(cmp.texts_differ), 'has', 'have')} the same id but a different text in the two runs "
                    f"({', '.join(render.md_text(i) for i in cmp.texts_differ[:10])}"
                    f"{', …' if len(cmp.texts_differ) > 10 else ''}): they are compared as different "
                    "documents, and the times of the runs are not a like-for-like comparison.")

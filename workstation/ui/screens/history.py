@@ -9,6 +9,7 @@ import streamlit as st
 
 from contracts.domain import InputError, WeightsError
 from contracts.runs import RunDetail
+from contracts.words import agree, plural
 from storage.repository import NotFound
 from workstation.ui import document_table, exports, gold_editor, render, results, runs, state
 
@@ -58,7 +59,7 @@ total = store.count_runs(**filters)
 pages = max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1)
 page = st.number_input(f"Page (of {pages})", 1, pages, 1, key="history_page") if pages > 1 else 1
 found = store.search_runs(**filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
-st.caption(f"{total:,} run(s) match, the latest finished first.")
+st.caption(f"{plural(total, 'run')} {agree(total, 'matches', 'match')}, the latest finished first.")
 if text and text.strip():
     hit = document_table.document_hits(store, text, key="history_hits", model=filters["model"],
                                        task=filters["task"], since=since, until=until)
@@ -80,7 +81,7 @@ if found:
     if with_cuts:
         cut_docs = store.cut_documents(with_cuts)
         with st.expander(f"Documents read only partly ({len(cut_docs):,}{'+' if len(cut_docs) >= 1000 else ''} "
-                         f"in {len(with_cuts)} listed run(s))"):
+                         f"in {plural(len(with_cuts), 'listed run')})"):
             st.dataframe(pd.DataFrame([{"run": c.run_id, "document": c.doc_id, "position": c.position,
                                         "model": c.model, "characters": c.characters, "not read": c.unread}
                                        for c in cut_docs]), hide_index=True, key="history_cut_documents")
