@@ -78,7 +78,7 @@ def test_invalid_lines_can_be_skipped_and_are_reported(app):
         ("mixed.jsonl", b'{"text": "Alice"}\nnot json\n{"text": "  "}\n', "application/jsonl")).run()
     at.checkbox[0].check().run()
     start(at)
-    assert any("Skipped 2 invalid line(s)" in w.value and "line 2" in w.value and "line 3" in w.value
+    assert any("Skipped 2 invalid lines" in w.value and "line 2" in w.value and "line 3" in w.value
                for w in at.warning)
     [job] = state.store().list_jobs()
     assert job.total == 1

@@ -184,7 +184,7 @@ def test_keep_all_of_a_or_of_b_decides_the_whole_document_at_once(app):
     assert at.radio(key="review-choice-%d-%d-0-0" % (a, b)).value == "neither"
     button(at, "Clear the decisions").click().run()
     assert spans(at) == ["Alice"] and at.radio(key="review-choice-%d-%d-0-0" % (a, b)).value is None
-    assert "2 disagreement(s) undecided" in " ".join(c.value for c in at.caption)
+    assert "2 disagreements undecided" in " ".join(c.value for c in at.caption)
 
 
 def test_a_label_outside_the_label_set_is_no_type_row_and_is_shown_apart(app):

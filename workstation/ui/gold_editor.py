@@ -225,7 +225,7 @@ def _add_form(d: dict, doc: Document, reads: Reads, actions: list) -> None:
             if not type_name or not span:
                 st.error("Give a type and the span text.")
             elif found is None:
-                st.error(f"“{render.md_text(span)}” does not occur {int(nth)} time(s) in the text.")
+                st.error(f"“{render.md_text(span)}” does not occur {plural(int(nth), 'time')} in the text.")
             else:
                 actions.append(("add", [{"type": type_name, "span": span, "offset": list(found)}]))
 

@@ -152,7 +152,7 @@ if start:
         job_id = runs.start_job(request, valid, name, inputs={"file": name, "text_column": text_column})
         st.toast(f"Job {job_id} started with {plural(len(valid), 'document')}.")
         if errors:
-            st.warning(f"Skipped {len(errors)} invalid line(s): "
+            st.warning(f"Skipped {plural(len(errors), 'invalid line')}: "
                        + "; ".join(render.md_text(e) for e in errors[:MAX_ERRORS_SHOWN]))
     except InputError as e:
         st.error(f"Nothing was started: {render.md_text(e)}")

@@ -117,7 +117,7 @@ if found:
         except Exception as e:              # a failed re-run is reported; the history stays usable
             st.error(f"The re-run failed: {type(e).__name__}: {render.md_text(e)}")
     with b[3].popover("Delete", disabled=not selected):
-        st.write(f"Delete {len(selected)} run(s) and their results? This cannot be undone.")
+        st.write(f"Delete {plural(len(selected), 'run')} and their results? This cannot be undone.")
         if st.button("Delete for good", type="primary", key="history_delete"):
             for run_id in selected:
                 store.delete_run(run_id)

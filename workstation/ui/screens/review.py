@@ -66,7 +66,7 @@ with st.expander("Or review two recorded runs"):
     if len(recent) < 2:
         st.info("Fewer than two runs are recorded.")
     else:
-        label = (lambda i: f"{i} · {by_id[i].model} · {by_id[i].task or ''} · {by_id[i].documents} doc(s) · "
+        label = (lambda i: f"{i} · {by_id[i].model} · {by_id[i].task or ''} · {plural(by_id[i].documents, 'doc')} · "
                            f"{by_id[i].created_at.astimezone():%m-%d %H:%M}")
         c = st.columns(3)
         pick_a = c[0].selectbox("Run A (the reference)", list(by_id), index=1, format_func=label, key="review_run_a")
@@ -110,8 +110,8 @@ st.dataframe(pd.DataFrame([{
     column_config={"disagreement share": st.column_config.ProgressColumn(min_value=0, max_value=1, format="percent")})
 
 index = st.selectbox("Document to review", range(len(ranked)), key=f"review-doc-{A.id}-{B.id}",
-                     format_func=lambda i: f"#{i + 1} · {ranked[i].doc_id} · {len(ranked[i].disagreements)} "
-                                           f"disagreement(s) · {ranked[i].text[:50]}")
+                     format_func=lambda i: f"#{i + 1} · {ranked[i].doc_id} · "
+                                           f"{plural(len(ranked[i].disagreements), 'disagreement')} · {ranked[i].text[:50]}")
 doc = ranked[index]
 doc_a, res_a = detail_a.items[doc.position_a]
 doc_b, res_b = detail_b.items[doc.position_b]
@@ -226,7 +226,7 @@ if outside:
 choices = [decisions.get((*base, n)) for n in range(len(doc.disagreements))]
 undecided = sum(c is None for c in choices)
 if undecided:
-    st.caption(f"{undecided:,} disagreement(s) undecided: they stay out of the draft until you choose.")
+    st.caption(f"{plural(undecided, 'disagreement')} undecided: they stay out of the draft until you choose.")
 
 sides = {"A": (detail_a, doc.position_a, doc_a), "B": (detail_b, doc.position_b, doc_b)}
 side = st.radio("Save the gold example into a dataset of", list(sides), horizontal=True, key="review_side",

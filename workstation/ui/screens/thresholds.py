@@ -56,7 +56,7 @@ if st.button("Tune", type="primary"):
         for doc, e in zip(docs, examples):
             fam.validate_gold(doc, e.output)
         request = runs.RunRequest(fam.name, state.device_for(fam.name), tuple(state.chosen_optimizations()))
-        with st.spinner(f"Running {fam.name} on {len(docs)} example(s), without thresholds…"):
+        with st.spinner(f"Running {fam.name} on {plural(len(docs), 'example')}, without thresholds…"):
             report, _, _ = runs.run_only(request, docs)
         tuned = thresholds.tune([(d, e.output, r) for d, e, r in zip(docs, examples, report.results)])
         st.session_state[TUNED] = (fam.name, str(weights), chosen_id, tuned)
