@@ -1,7 +1,7 @@
 """`bench api-load`: N concurrent HTTP clients against /v1/extract, with and without micro-batching.
 
 The API runs in this process under uvicorn on a free loopback port (real HTTP, real JSON, a temporary
-history database); each client thread sends one-document requests through workstation.api_client. Two
+history database); each client thread sends one-document requests through workstation.api.client. Two
 variants, same documents, same clients: "one at a time" (every request its own forward pass) and
 "micro-batched" (concurrent requests share passes). Reported per variant: requests/s, latency p50/p99,
 errors, whether every document was answered exactly once, and whether each output equals the output of
@@ -44,7 +44,7 @@ def _serve(settings):
 
 def _variant(settings, texts: list[str], clients: int, batch_size: int, optimizations: list[str],
              dtype: str | None) -> tuple[dict, dict[str, list]]:
-    from workstation.api_client import ApiError, Client
+    from workstation.api.client import ApiError, Client
     server, thread, url = _serve(settings)
     latencies: list[float] = []
     answers: dict[str, list] = {}

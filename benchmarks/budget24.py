@@ -221,7 +221,7 @@ def gold_file(name: str, path: Path) -> Path:
 
 def finetune_runs(device: str, weights: dict, clock: Clock, result: dict, save) -> None:
     """`launcher.py finetune` at 24 GB, checkpointing off and on, the default micro-batch (8) and a large one."""
-    from workstation import finetune
+    from workstation.finetune import trainer as finetune
     rows = result.setdefault("finetune", [])
     work = Path(tempfile.mkdtemp(prefix="budget24-ft-"))
     for name, big in (("rexuninlu", 64), ("seqgpt", 16)):

@@ -104,7 +104,7 @@ class LoadedModel(ABC):
                 "demo": self.is_demo, "dtype": self.knobs.dtype, "attention": self.attention_kernel()}
 
     def training(self) -> "Training":
-        """What fine-tuning needs from this model (workstation/finetune.py runs the loop)."""
+        """What fine-tuning needs from this model (workstation/finetune/trainer.py runs the loop)."""
         raise InputError(f"{self.family.name} cannot be fine-tuned")
 
 

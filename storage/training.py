@@ -1,6 +1,6 @@
 """Fine-tuning runs in the database: what was trained on what, how it went, and the evaluation before/after.
 
-A UI run's row is written by `workstation.training_runs` as the trainer's events arrive; a CLI run is
+A UI run's row is written by `workstation.finetune.runs` as the trainer's events arrive; a CLI run is
 recorded once it has finished, from its output's evaluation.json. Mixed into `storage.repository.Store`.
 """
 from __future__ import annotations

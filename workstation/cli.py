@@ -299,7 +299,7 @@ class Skipped:
 
 def read_thresholds(arg: str | None, settings, model: str, weights: Path) -> dict[str, float] | None:
     """--thresholds: None (off), 'saved' (the newest tuned for these weights in the history database), or a file."""
-    from workstation.thresholds import check_thresholds
+    from workstation.quality.thresholds import check_thresholds
     if arg is None:
         return None
     if arg == "saved":
@@ -404,7 +404,7 @@ def optimization_names(value: str | None, settings) -> list[str]:
 def finetune(argv: list[str]) -> int:
     """Run the trainer; a finished run is recorded in the history database unless --no-record (which the
     trainer never sees: the UI passes it because it records its runs itself)."""
-    from workstation.finetune import main as finetune_main
+    from workstation.finetune.trainer import main as finetune_main
     record_it = "--no-record" not in argv
     argv = [a for a in argv if a != "--no-record"]
     code = finetune_main(argv)

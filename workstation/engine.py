@@ -41,8 +41,8 @@ from contracts.report import RunReport
 from contracts.stages import IDLE, Cancelled, StageClock  # noqa: F401  (Cancelled: run raises it, callers catch it)
 from contracts.words import plural
 from workstation import plugins
+from workstation.quality.thresholds import apply_thresholds
 from workstation.settings import load_settings
-from workstation.thresholds import apply_thresholds
 
 # A model lent for one run: a context manager factory (ModelShelf.borrow, a loader). `run` enters it only
 # after the first documents have passed their checks.
@@ -171,7 +171,7 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
                     device step (contracts/stages.py)
     on_clock:       called with the run's StageClock before the first slice; its progress() may be read from
                     another thread while the run goes on (the Extract page's elapsed time and prompt counts)
-    thresholds:     per-type confidence thresholds (workstation/thresholds.py) applied to every result
+    thresholds:     per-type confidence thresholds (workstation/quality/thresholds.py) applied to every result
     max_tuples:     at most this many tuples per document (None: settings.toml's; 0: no limit)
     options:        the model's own extract() options
     """

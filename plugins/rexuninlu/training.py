@@ -23,7 +23,7 @@ Kept deterministic, and where we differ from the reference:
     official config.json), at DeBERTa-v2's places, active in training only; the reference's
     trainer could raise it to 0.3 by argument, ours follows config.json.
 
-`RexTraining` is what the host's fine-tuning loop (workstation/finetune.py) sees.
+`RexTraining` is what the host's fine-tuning loop (workstation/finetune/trainer.py) sees.
 """
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def other_origin():
 def test_a_page_of_another_origin_creates_no_job_and_no_run(live_api, other_origin, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    from workstation.api_client import Client
+    from workstation.api.client import Client
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:

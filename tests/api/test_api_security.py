@@ -121,7 +121,7 @@ def test_a_token_stands_in_for_our_request_header(make_client, api_settings):
 
 
 def test_our_client_sends_the_request_header_with_an_upload(client, tmp_path):
-    from workstation.api_client import Client
+    from workstation.api.client import Client
     path = tmp_path / "docs.txt"
     path.write_text("张三在北京\n", "utf-8")
     with Client("http://testserver", transport=client._transport) as api:

@@ -1,9 +1,9 @@
-"""workstation.api_client against the API over real HTTP; `launcher.py serve` and [api] settings."""
+"""workstation.api.client against the API over real HTTP; `launcher.py serve` and [api] settings."""
 import json
 
 import pytest
 
-from workstation.api_client import ApiError, Client, Extraction
+from workstation.api.client import ApiError, Client, Extraction
 
 NER = {"人物": None, "地理位置": None, "组织机构": None}
 DOCS = [{"id": "a", "text": "[CLASSIFY]很好看", "schema": {"正向": None, "负向": None}},

@@ -14,7 +14,7 @@ import torch
 from contracts.domain import WeightsError
 from tests.finetune.conftest import with_dropout
 from tests.finetune.test_seqgpt_finetune import LINES, write_jsonl
-from workstation import finetune
+from workstation.finetune import trainer as finetune
 
 ROOT = Path(__file__).resolve().parents[2]
 METRICS = {"precision", "recall", "f1", "correct", "predicted", "gold"}

@@ -8,7 +8,7 @@ import torch
 from contracts.domain import InputError
 from plugins.rexuninlu.family import RexUniNLU
 from plugins.rexuninlu.training import batch_loss, circle_loss, examples, gold_levels
-from workstation import finetune
+from workstation.finetune import trainer as finetune
 
 RE_SCHEMA = {"人物": {"工作地点(地理位置)": None}, "地理位置": None}
 RE_TEXT = "张三在北京工作"

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tests.finetune.test_finetune import ner_lines, write_jsonl
-from workstation import cli, finetune
+from workstation import cli
+from workstation.finetune import trainer as finetune
 
 
 def snapshot(folder):

@@ -11,7 +11,7 @@ from plugins.seqgpt.generation import EncodedPrompt, GenerationSettings, generat
 from plugins.seqgpt.prompting import prompt_text
 from plugins.seqgpt.training import IGNORE, answer_text, batch_loss, collate
 from tests.finetune.conftest import with_dropout
-from workstation import finetune
+from workstation.finetune import trainer as finetune
 
 
 def ext(text, labels, spans):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from contracts.domain import Document, Result, Span
-from workstation.agreement import agreement
+from workstation.quality.agreement import agreement
 from workstation.ui.agreement_view import NOTHING, agreement_frame
 
 TEXT = "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from contracts.domain import Document, Result, Span
-from workstation.agreement import agreement, gold_output, mentions
+from workstation.quality.agreement import agreement, gold_output, mentions
 
 TEXT = "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。"
 

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from storage import open_store
-from workstation import cli, finetune
+from workstation import cli
+from workstation.finetune import trainer as finetune
 from workstation.settings import Settings
 
 

@@ -94,7 +94,7 @@ def test_a_line_nested_thousands_deep_is_an_input_error_not_a_recursion_error(tm
 def test_a_gold_file_and_a_thresholds_file_with_a_byte_order_mark_are_read(tmp_path, rex_tiny):
     from plugins.rexuninlu.family import RexUniNLU
     from workstation.cli import read_thresholds
-    from workstation.finetune import read_gold
+    from workstation.finetune.trainer import read_gold
     gold = tmp_path / "gold.jsonl"
     line = {"id": "a", "text": "张三在北京", "schema": NER, "output": [[{"type": "人物", "span": "张三", "offset": [0, 2]}]]}
     gold.write_text(BOM + json.dumps(line, ensure_ascii=False) + "\n", "utf-8")

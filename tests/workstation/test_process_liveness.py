@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 
 import psutil
 
+from workstation.finetune.runs import pid_alive
 from workstation.jobs import owner_is_dead
-from workstation.training_runs import pid_alive
 
 SLEEP = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"]
 

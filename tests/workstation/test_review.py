@@ -5,8 +5,8 @@ import pytest
 
 from contracts.domain import Document, InputError, Result, Span
 from tests.ui.fake_plugin import FakeFamily, FakeLabelsFamily
-from workstation.agreement import agreement, label_set
-from workstation.review import NEITHER, documents_for, gold_for, keep_all, label_driven, options, split_types
+from workstation.quality.agreement import agreement, label_set
+from workstation.quality.review import NEITHER, documents_for, gold_for, keep_all, label_driven, options, split_types
 
 
 def test_types_split_on_commas_and_lines_once_each():

@@ -10,7 +10,8 @@ import pytest
 from contracts.domain import Document
 from plugins.rexuninlu.family import RexUniNLU
 from storage import open_store
-from workstation import cli, engine, thresholds
+from workstation import cli, engine
+from workstation.quality import thresholds
 from workstation.settings import Settings
 
 NER = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from contracts.domain import Document, InputError, Result, Span
-from workstation.thresholds import CurvePoint, TypeTuning, apply_thresholds, check_thresholds, chosen, tune
+from workstation.quality.thresholds import CurvePoint, TypeTuning, apply_thresholds, check_thresholds, chosen, tune
 
 TEXT = "甲乙丙丁戊己庚辛壬癸子丑寅卯辰巳午未申酉戌亥"
 

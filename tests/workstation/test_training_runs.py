@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from contracts.domain import Document, InputError
-from workstation import training_runs as tr
+from workstation.finetune import runs as tr
 from workstation.settings import Settings
 
 FAKE = Path(__file__).with_name("fake_trainer.py")
@@ -191,7 +191,7 @@ def test_the_cli_args_match_the_trainers_parser(tmp_path):
     assert args[args.index("--optimizations"):] == ["--optimizations", "gradient-checkpointing", "flash-attention"]
     assert args[args.index("--lr") + 1] == "3e-05" and args[args.index("--events") + 1] == "e.jsonl"
     json.dumps(args)
-    from workstation.finetune import parser  # the trainer's own parser takes every argument
+    from workstation.finetune.trainer import parser  # the trainer's own parser takes every argument
     parsed = parser().parse_args(args)
     assert (parsed.lr, parsed.events, parsed.eval) == (3e-5, Path("e.jsonl"), Path("d.jsonl"))
     assert [n for item in parsed.optimizations for n in ([item] if isinstance(item, str) else item)] == \

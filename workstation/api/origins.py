@@ -8,7 +8,7 @@ Two checks stop that, each enough alone for today's browsers:
   as is one a browser marks `Sec-Fetch-Site: cross-site`/`same-site` without such an origin.
 - A POST whose body a form or a no-cors fetch could have sent (no Content-Type, multipart, urlencoded, plain
   text) must carry `X-IEW-Request` or `Authorization`: headers a page can only add after a preflight, which
-  only the listed origins pass. Our own client (workstation/api_client.py) sends `X-IEW-Request: 1`.
+  only the listed origins pass. Our own client (workstation/api/client.py) sends `X-IEW-Request: 1`.
 """
 from __future__ import annotations
 

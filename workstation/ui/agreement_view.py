@@ -5,7 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from contracts.words import agree, plural
-from workstation.agreement import Agreement
+from workstation.quality.agreement import Agreement
 from workstation.ui import render
 
 NOTHING = "—"                       # a share with nothing to divide by, shown as every page shows a missing value

@@ -217,8 +217,8 @@ def comparison_view(store, a: int, b: int) -> None:
 
 
 def agreement_section(store, a: int, b: int) -> None:
-    """How far B agrees with A per type (workstation/agreement.py), and the way to the review queue."""
-    from workstation.agreement import agreement
+    """How far B agrees with A per type (workstation/quality/agreement.py), and the way to the review queue."""
+    from workstation.quality.agreement import agreement
     from workstation.ui.agreement_view import agreement_table
     st.markdown("**Agreement of B with A, per type**")
     agreement_table(agreement(store.get_run(a).items, store.get_run(b).items), key=f"agreement-{a}-{b}")

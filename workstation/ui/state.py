@@ -78,7 +78,7 @@ def job_runner():
 
 @st.cache_resource(show_spinner=False)
 def _training_launcher(db_path: str, command: tuple[str, ...] | None):
-    from workstation.training_runs import TrainingLauncher
+    from workstation.finetune.runs import TrainingLauncher
     launcher = TrainingLauncher(_store(db_path), Path(db_path).parent / "training-runs",
                                 list(command) if command else None)
     launcher.follow_unfinished()        # once per process: runs left going by the last UI get their final state
@@ -119,8 +119,8 @@ def current_family() -> ModelFamily | None:
 
 
 def weight_choices(name: str) -> list:
-    """settings.toml's (or the demo) weights, then completed fine-tunes of the model (workstation.training_runs)."""
-    from workstation.training_runs import weight_choices as choices
+    """settings.toml's (or the demo) weights, then completed fine-tunes of the model (workstation.finetune.runs)."""
+    from workstation.finetune.runs import weight_choices as choices
     return choices(settings(), store(), name)
 
 

@@ -5,7 +5,7 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
-from workstation.thresholds import TypeTuning
+from workstation.quality.thresholds import TypeTuning
 from workstation.ui import render, state
 
 

@@ -1,6 +1,6 @@
 """Fine-tune: train a model on a gold dataset in a separate process, watch it live, compare before and after.
 
-The trainer is `launcher.py finetune` in its own process (workstation.training_runs): this page starts it,
+The trainer is `launcher.py finetune` in its own process (workstation.finetune.runs): this page starts it,
 reads its events file once a second, and can cancel it (it saves a checkpoint first) or resume it.
 A finished run's weights can be chosen in the sidebar for Extract, Batch and re-runs.
 """
@@ -18,7 +18,7 @@ from contracts.domain import InputError
 from contracts.words import plural
 from storage.repository import NotFound
 from workstation import plugins
-from workstation.training_runs import TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output, log_tail
+from workstation.finetune.runs import TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output, log_tail
 from workstation.ui import cautions, gpu, render, state
 
 OTHER = "(another directory…)"

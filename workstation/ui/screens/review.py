@@ -10,8 +10,8 @@ import streamlit as st
 from contracts.domain import InputError, WeightsError
 from contracts.words import agree, plural
 from storage.repository import NotFound
-from workstation import review
-from workstation.agreement import Mention, agreement
+from workstation.quality import review
+from workstation.quality.agreement import Mention, agreement
 from workstation.ui import gold_editor, render, runs, state
 from workstation.ui.agreement_view import agreement_table
 

@@ -6,8 +6,8 @@ import streamlit as st
 
 from contracts.domain import InputError, WeightsError
 from contracts.words import plural
-from workstation import thresholds
-from workstation.thresholds import TypeTuning
+from workstation.quality import thresholds
+from workstation.quality.thresholds import TypeTuning
 from workstation.ui import cautions, render, runs, state
 from workstation.ui.threshold_view import curves_chart, tuning_table
 

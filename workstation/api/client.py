@@ -1,6 +1,6 @@
 """A small typed client for the workstation's HTTP API (`launcher.py serve`, docs/api.md).
 
-    from workstation.api_client import Client
+    from workstation.api.client import Client
     with Client("http://127.0.0.1:8502") as api:
         answer = api.extract("rexuninlu", [{"text": "张三在北京大学读书"}], schema={"人物": None, "组织机构": None})
         for line in answer.results:

@@ -42,7 +42,7 @@ from storage.datasets import export_dataset
 from storage.views import NotFound, TrainingRun
 from workstation.settings import ROOT, Settings
 
-# Inference optimizations that also act in training (workstation/finetune.py refuses the others).
+# Inference optimizations that also act in training (workstation/finetune/trainer.py refuses the others).
 TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
 TRAINING_DTYPES = ("fp32", "bf16")
 LOG_TAIL_LINES = 15
@@ -143,7 +143,7 @@ class FinetuneRequest:
             raise InputError(f"{output} is not empty: choose a new output directory (or resume the run that wrote it)")
 
     def argv(self, train: Path, evaluation: Path | None, events: Path) -> list[str]:
-        """The `launcher.py finetune` arguments (workstation/finetune.py's parser)."""
+        """The `launcher.py finetune` arguments (workstation/finetune/trainer.py's parser)."""
         args = ["--model", self.model, "--weights", str(self.weights), "--train", str(train),
                 "--output", str(self.output), "--epochs", str(int(self.epochs)),
                 "--batch-size", str(int(self.batch_size)), "--lr", repr(float(self.lr)), "--dtype", self.dtype,

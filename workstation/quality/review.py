@@ -2,7 +2,7 @@
 
 A schema-driven model (RexUniNLU) reads a type list as a flat schema, `[CLASSIFY]` before the text for
 classification; a label-driven one (SeqGPT) reads it as its label list with the task `ext` or `cls`.
-Each document keeps its id in both runs, so `workstation.agreement` pairs them.
+Each document keeps its id in both runs, so `workstation.quality.agreement` pairs them.
 
 Deciding a disagreement means choosing A's version, B's version or neither; the gold output is what
 both models agreed on plus every chosen version, written in the convention of the model whose dataset
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from contracts.domain import Document, InputError
 from contracts.model import ModelFamily
 from contracts.names import Reads
-from workstation.agreement import CLS_MARKERS, Disagreement, DocumentAgreement, Mention, gold_output
+from workstation.quality.agreement import CLS_MARKERS, Disagreement, DocumentAgreement, Mention, gold_output
 
 KINDS = {"ner": "Entities (NER)", "cls": "Classification"}
 NEITHER = "neither"

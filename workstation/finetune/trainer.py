@@ -16,7 +16,7 @@ weights as an uninterrupted one.
 SIGTERM or SIGINT: the current optimizer step finishes, a checkpoint is written at that step, and
 the process exits with 130 (`--resume` continues). Evaluation runs the normal `extract` (span-level
 P/R/F1 per type) before training, after every epoch, and on the saved checkpoint reloaded strictly.
---events PATH writes progress as JSON lines for the UI (the contract: workstation/training_events.py).
+--events PATH writes progress as JSON lines for the UI (the contract: workstation/finetune/events.py).
 """
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ from contracts.domain import Document, InputError, WeightsError
 from contracts.names import Reads
 from contracts.words import plural
 from workstation import engine
+from workstation.finetune.events import Cancelled, StopRequest, TrainingEvents
 from workstation.inputs import json_line, require_file
-from workstation.training_events import Cancelled, StopRequest, TrainingEvents
 
 # Inference optimizations that also make sense for training. precision would cast the weights
 # (training keeps fp32 master weights and autocasts: --dtype bf16); sparse-mask and memory-pool
