@@ -156,6 +156,13 @@ class ModelFamily(ABC):
     option_choices: dict[str, tuple] = {}  # options that take one of a few values: the UI offers a choice
     option_titles: dict[str, tuple[str, str]] = {}  # option -> (name for people, what it does); else the raw name
     official: OfficialWeights | None = None   # the published checkpoint, when there is one to fetch
+    # Prefixes of a text that make it a classification (RexUniNLU's `[CLASSIFY]`): the result gives the label
+    # as the prefix's span. The quality tools strip them to pair texts and write gold in this convention; the
+    # first is the one they add for a classification task. Empty: the family marks no text.
+    classification_markers: tuple[str, ...] = ()
+    # (option, value) that reads all of a text the default setting reads only partly (SeqGPT's
+    # ("long_text", "window")): the host's hint when a run cut texts. None: no such option.
+    whole_text_option: tuple[str, Any] | None = None
 
     @abstractmethod
     def validate(self, document: Document) -> None:

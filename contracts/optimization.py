@@ -16,6 +16,7 @@ class Optimization(ABC):
     switch: Switch = "live"   # live: acts on the loaded model; reload: model is reloaded; restart: process restart
     lossless: bool = True     # False: outputs may move within a stated tolerance (reduced precision)
     inference: bool = True    # False: acts in fine-tuning only, so an extraction run does not record it as active
+    training: bool = False    # True: acts in fine-tuning, so the trainer offers and accepts it
 
     @abstractmethod
     def applies_to(self, model: LoadedModel) -> tuple[bool, str]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pluggy
 
 from contracts import hookspecs
+from contracts.domain import InputError
 from contracts.hookspecs import PROJECT
 
 ENTRY_POINT_GROUP = PROJECT
@@ -111,9 +112,10 @@ def _trace_after(outcome, hook_name, hook_impls, kwargs) -> None:
     _trace(f"done {hook_name}" + (f": {type(error).__name__}: {error}" if error else ""))
 
 
-def _collect(hook_name: str) -> dict:
+def _collect(hook_name: str, owners: dict[str, list[str]] | None = None) -> dict:
     """Call a `register_*` hook through pluggy, one plugin after the other in load order (pluggy itself
-    calls the newest plugin first), and return name -> registered item."""
+    calls the newest plugin first), and return name -> registered item. `owners` receives plugin name ->
+    the names that plugin registered."""
     load_plugins()
     found: dict = {}
 
@@ -128,7 +130,10 @@ def _collect(hook_name: str) -> dict:
         if not pm.get_hookcallers(plugin) or hook_name not in {h.name for h in pm.get_hookcallers(plugin)}:
             continue
         others = [p for p in everyone if p is not plugin]
+        before = len(found)
         pm.subset_hook_caller(hook_name, remove_plugins=others)(register=register)
+        if owners is not None:
+            owners[pm.get_name(plugin)] = list(found)[before:]
     return found
 
 
@@ -147,9 +152,37 @@ def exporters() -> dict:
     return _collect("register_exporters")
 
 
+def default_model() -> str:
+    """The model a command runs when none is named: the first installed family in load order (the built-ins
+    as pyproject.toml lists them, then installed plugins), which is also the UI's first choice."""
+    families = model_families()
+    if not families:
+        raise InputError("no model plugin is installed (docs/plugins.md says how to add one)")
+    return next(iter(families))
+
+
+def training_optimizations() -> dict:
+    """name -> Optimization that acts in fine-tuning (it declares `training`), in load order."""
+    return {name: o for name, o in optimizations().items() if o.training}
+
+
+# What each register_* hook adds, by the word `launcher.py plugins` and the Plugins page use.
+REGISTRIES = {"models": "register_models", "optimizations": "register_optimizations",
+              "exporters": "register_exporters"}
+
+
 def plugin_table() -> list[dict]:
-    """Every loaded plugin: name, version, where it came from, its hooks (for the Plugins page)."""
+    """Every loaded plugin: name, version, where it came from (and its distribution), its hooks, and what it
+    registered: {"models": [...], "optimizations": [...], "exporters": [...]}, the kinds it has none of left out
+    (the Plugins page and `launcher.py plugins`)."""
     load_plugins()
+    owners: dict[str, dict[str, list[str]]] = {}
+    for kind, hook_name in REGISTRIES.items():
+        by_plugin: dict[str, list[str]] = {}
+        _collect(hook_name, by_plugin)
+        for name, registered in by_plugin.items():
+            if registered:
+                owners.setdefault(name, {})[kind] = registered
     rows = []
     for name, plugin in pm.list_name_plugin():
         source = _sources.get(name)
@@ -163,5 +196,7 @@ def plugin_table() -> list[dict]:
             "version": version,
             "source": where,
             "hooks": sorted(h.name for h in (pm.get_hookcallers(plugin) or [])),
+            "distribution": source.distribution if source else None,
+            "registered": owners.get(name, {}),
         })
     return rows

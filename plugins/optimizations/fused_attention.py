@@ -25,6 +25,7 @@ class FusedAttention(Optimization):
                    "LayerNorm as one Triton kernel) or SDPA with the bias. The kernel that runs is shown.")
     switch = "live"
     lossless = True
+    training = True           # the model's training forward runs the same kernel
 
     def kernel_for(self, model) -> str | None:
         for kernel in KERNELS:

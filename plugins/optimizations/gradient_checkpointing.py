@@ -13,6 +13,7 @@ class GradientCheckpointing(Optimization):
     switch = "live"
     lossless = True
     inference = False
+    training = True
 
     def applies_to(self, model):
         if Capability.CHECKPOINTING not in model.capabilities:

@@ -10,12 +10,12 @@ import torch
 from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
-from contracts.precision import MasterWeights
+from contracts.torch.precision import MasterWeights
 from contracts.words import plural
 from plugins.rexuninlu import demo, loading
 from plugins.rexuninlu.modeling import forget_fused_projections
 from plugins.rexuninlu.pipeline import run_documents
-from plugins.rexuninlu.prompting import Prompter, validate_schema, validate_text
+from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, validate_schema, validate_text
 from plugins.rexuninlu.scoring import WindowScorer
 from plugins.rexuninlu.workers import HostWorkers
 
@@ -65,6 +65,7 @@ class RexUniNLU(ModelFamily):
     title = "RexUniNLU (DeBERTa-v2 span extractor, zero-shot, schema-driven)"
     tasks = {t.name: t for t in PRESETS}
     reads = Reads.SCHEMA
+    classification_markers = (CLASSIFY, MULTICLASSIFY)      # docs/models/rexuninlu.md §3.4
     # batch_size = "auto": windows of 512 tokens per batch that fit a card of this many GB (less 1.5 GiB for the
     # context), eager attention (the most memory-hungry kernel). Derived from the H200's measured peaks, linear in
     # the batch; `bench budget24` measures them under a memory budget (docs/performance.md §7).

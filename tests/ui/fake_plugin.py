@@ -38,6 +38,8 @@ class FakeFamily(ModelFamily):
     options = {"max_hits": 100, "read_last": 0, "long_text": "truncate"}
     option_choices = {"long_text": ("truncate", "window")}
     option_titles = {"max_hits": ("Most hits", "Extractions kept per document")}
+    classification_markers = ("[CLASSIFY]",)
+    whole_text_option = ("long_text", "window")
 
     def __init__(self) -> None:
         self.loads: list[tuple[str, str, str]] = []
@@ -85,6 +87,7 @@ class FakeLabelsFamily(FakeFamily):
     title = "Fake generator (tests)"
     tasks = {p.name: p for p in LABEL_PRESETS}
     reads = Reads.LABELS
+    classification_markers = ()          # it classifies by its task, as SeqGPT does
 
     def validate(self, document: Document) -> None:
         if not document.text.strip():

@@ -171,3 +171,14 @@ def test_the_runs_table_and_the_panel_show_the_same_step_while_a_run_goes(app, t
     [bar] = [p.proto.text for p in at.get("progress")]
     assert step >= 2 and bar.startswith(f"step {step:,} / ")
     state.training_launcher().cancel(run_id)
+
+
+def test_the_optimizations_offered_are_those_that_declare_they_act_in_training(app, trainer):
+    from tests.ui.fake_plugin import FakeOptimization
+    trainer.setattr(FakeOptimization, "training", True)        # a plugin's optimization, not a built-in name
+    at = app.run()
+    add_dataset()
+    at.switch_page(PAGE).run()
+    offered = at.multiselect(key="ft_optimizations").options
+    assert "fake-fast" in offered and "gradient-checkpointing" in offered
+    assert "fake-never" not in offered and "precision" not in offered

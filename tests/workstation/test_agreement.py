@@ -4,9 +4,10 @@ from __future__ import annotations
 import pytest
 
 from contracts.domain import Document, Result, Span
-from workstation.quality.agreement import agreement, gold_output, mentions
+from workstation.quality.agreement import agreement, gold_output, markers_of, mentions, plain_text
 
 TEXT = "北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。"
+REX = markers_of("rexuninlu")           # as the RexUniNLU plugin declares them
 
 
 def ner(doc_id: str, *spans: tuple[str, int, int], text: str = TEXT) -> tuple[Document, Result]:
@@ -81,10 +82,10 @@ def test_rexuninlu_classification_marker_and_seqgpt_label_are_the_same_label():
            Result("7", [[Span("正向情感", marker, (0, len(marker)), confidence=0.9)]]))
     seq = (Document("7", "很满意", task="cls", labels=["正向情感", "负向情感"]),
            Result("7", [[Span("正向情感", "正向情感", None)]]))
-    result = agreement([rex], [seq])
+    result = agreement([rex], [seq], markers_a=REX, markers_b=markers_of("seqgpt"))
     assert result.documents[0].agreed[0].label and result.documents[0].disagreements == []
     other = (seq[0], Result("7", [[Span("负向情感", "负向情感", None)]]))
-    [d] = agreement([rex], [other]).documents[0].disagreements
+    [d] = agreement([rex], [other], markers_a=REX).documents[0].disagreements
     assert d.kind == "type" and (d.a.type, d.b.type) == ("正向情感", "负向情感")
 
 
@@ -128,9 +129,38 @@ def test_gold_output_follows_the_reading_models_convention():
     marker = "[CLASSIFY]"
     rex_doc = Document("1", marker + "很满意", schema={"正向情感": None})
     seq_doc = Document("1", "很满意", task="cls", labels=["正向情感"])
-    [label] = [m for m in mentions(rex_doc.text, Result("1", [[Span("正向情感", marker, (0, 10))]]))]
-    assert gold_output([label], rex_doc) == [[{"type": "正向情感", "span": marker, "offset": [0, 10]}]]
-    assert gold_output([label], seq_doc) == [[{"type": "正向情感", "span": "正向情感", "offset": None}]]
+    [label] = [m for m in mentions(rex_doc.text, Result("1", [[Span("正向情感", marker, (0, 10))]]), markers=REX)]
+    assert gold_output([label], rex_doc, REX) == [[{"type": "正向情感", "span": marker, "offset": [0, 10]}]]
+    assert gold_output([label], seq_doc, markers_of("seqgpt")) == [[{"type": "正向情感", "span": "正向情感",
+                                                                     "offset": None}]]
     _, result = ner("1", ("地理位置", 14, 17))
     [span] = mentions(TEXT, result)
     assert gold_output([span], Document("1", TEXT)) == [[{"type": "地理位置", "span": "西班牙", "offset": [14, 17]}]]
+
+
+def test_a_family_with_other_markers_is_paired_and_read_by_its_own_markers():
+    """The markers are the family's declaration: another model's `<分类>` works as RexUniNLU's `[CLASSIFY]` does,
+    and a text that merely starts with `[CLASSIFY]` is plain text to a run whose model declares no such marker."""
+    mine = ("<分类>", "<多分类>")
+    marked = (Document("7", "<分类>很满意", schema={"正向情感": None, "负向情感": None}),
+              Result("7", [[Span("正向情感", "<分类>", (0, 4), confidence=0.9)]]))
+    seq = (Document("7", "很满意", task="cls", labels=["正向情感", "负向情感"]),
+           Result("7", [[Span("正向情感", "正向情感", None)]]))
+    result = agreement([marked], [seq], markers_a=mine)
+    assert result.documents[0].text == "很满意"
+    assert result.documents[0].agreed[0].label and result.documents[0].disagreements == []
+    assert gold_output(result.documents[0].agreed, marked[0], mine) == [[{"type": "正向情感", "span": "<分类>",
+                                                                          "offset": [0, 4]}]]
+    assert plain_text("[CLASSIFY]很满意", mine) == "[CLASSIFY]很满意"
+    unpaired = agreement([marked], [seq])                   # no markers declared: the texts differ
+    assert unpaired.documents == [] and unpaired.only_in_a == ["7"]
+
+
+def test_markers_of_asks_the_installed_family(monkeypatch):
+    from workstation import plugins
+
+    class Family:
+        classification_markers = ("<cls>",)
+    monkeypatch.setattr(plugins, "model_families", lambda: {"othermodel": Family()})
+    assert markers_of("othermodel") == ("<cls>",)
+    assert markers_of("rexuninlu") == ()                    # not installed here: no markers

@@ -87,3 +87,16 @@ def test_a_label_outside_the_label_set_is_apart_and_counts_only_under_all_types(
     assert result.overall.scores()["precision (exact)"] == pytest.approx(1 / 3)
     [document] = result.documents
     assert document.disagreements == [] and [m.text for m in document.outside_b] == ["北京", "北京"]
+
+
+def test_a_schema_model_marks_a_classification_with_its_own_first_marker_or_is_refused_without_one():
+    class OtherMarkers(FakeFamily):
+        classification_markers = ("<cls>", "<multi>")
+
+    class NoMarkers(FakeFamily):
+        classification_markers = ()
+    docs = documents_for(OtherMarkers(), "cls", ["正向"], ["很满意", "<multi>都行"])
+    assert [d.text for d in docs] == ["<cls>很满意", "<multi>都行"]
+    with pytest.raises(InputError, match="fakeie declares no classification marker"):
+        documents_for(NoMarkers(), "cls", ["正向"], ["很满意"])
+    assert documents_for(NoMarkers(), "ner", ["人物"], ["张三"])[0].text == "张三"

@@ -40,10 +40,9 @@ import psutil
 from contracts.domain import InputError
 from storage.datasets import export_dataset
 from storage.views import NotFound, TrainingRun
+from workstation import plugins
 from workstation.settings import ROOT, Settings
 
-# Inference optimizations that also act in training (workstation/finetune/trainer.py refuses the others).
-TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
 TRAINING_DTYPES = ("fp32", "bf16")
 LOG_TAIL_LINES = 15
 FOLLOW_S = 2.0                                  # how often a started run is polled in the background
@@ -129,9 +128,10 @@ class FinetuneRequest:
             raise InputError(f"training precision is one of {', '.join(TRAINING_DTYPES)}, not {self.dtype!r}")
         if self.dtype == "bf16" and self.device == "cpu":
             raise InputError("bf16 training needs a CUDA device; on the CPU train in fp32")
-        refused = [o for o in self.optimizations if o not in TRAINING_OPTIMIZATIONS]
+        usable = plugins.training_optimizations()        # as the trainer takes them: those declaring `training`
+        refused = [o for o in self.optimizations if o not in usable]
         if refused:
-            raise InputError(f"{', '.join(refused)} do not apply to fine-tuning; use {', '.join(TRAINING_OPTIMIZATIONS)}")
+            raise InputError(f"{', '.join(refused)} do not apply to fine-tuning; use {', '.join(usable) or 'none'}")
         if self.eval_dataset is not None and self.dev_ratio:
             raise InputError("evaluate on another dataset or on a held-out share of the training data, not both")
         if not Path(self.weights).is_dir():

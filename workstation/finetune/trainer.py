@@ -36,18 +36,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from contracts.batching import is_out_of_memory
 from contracts.domain import Document, InputError, WeightsError
 from contracts.names import Reads
+from contracts.torch.memory import is_out_of_memory
 from contracts.words import plural
-from workstation import engine
+from workstation import engine, plugins
 from workstation.finetune.events import Cancelled, StopRequest, TrainingEvents
 from workstation.inputs import json_line, require_file
 
-# Inference optimizations that also make sense for training. precision would cast the weights
-# (training keeps fp32 master weights and autocasts: --dtype bf16); sparse-mask and memory-pool
-# change how inference batches are packed, which training does not use.
-TRAINING_OPTIMIZATIONS = ("gradient-checkpointing", "flash-attention")
 CANCELLED_EXIT = 130
 
 
@@ -62,10 +58,10 @@ def _names(value: str) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="launcher.py finetune", description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="rexuninlu", help="rexuninlu | seqgpt")
+    p.add_argument("--model", default=None, help="an installed model (default: the first, as the UI offers them)")
     p.add_argument("--weights", required=True, type=Path, help="checkpoint directory to start from")
     p.add_argument("--train", required=True, type=Path,
-                   help="JSONL: {id, text, output} plus schema (rexuninlu) or task and labels (seqgpt)")
+                   help="JSONL: {id, text, output} plus what the model reads (a schema, or a task and labels)")
     p.add_argument("--eval", type=Path, help="JSONL in the same format (default: the training file)")
     p.add_argument("--output", required=True, type=Path, help="directory for the fine-tuned checkpoint")
     p.add_argument("--epochs", type=int, default=3)
@@ -76,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--optimizations", nargs="*", default=[],
-                   help="comma- or space-separated, e.g. gradient-checkpointing,flash-attention")
+                   help="comma- or space-separated; those that declare they act in training")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="cpu | cuda | cuda:N | auto")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in OUTPUT")
@@ -471,12 +467,16 @@ def run(args, events: TrainingEvents, stop: StopRequest) -> int:
         raise InputError("--dtype bf16 needs a CUDA device; on CPU train in fp32")
     if args.output.resolve() == args.weights.resolve():
         raise InputError("--output must differ from --weights; the original checkpoint is kept")
+    args.model = args.model or plugins.default_model()
     check_output(args)
     args.optimizations = [n for item in args.optimizations for n in _names(item)]    # --optimizations a,b c
-    refused = [o for o in args.optimizations if o not in TRAINING_OPTIMIZATIONS]
+    # Precision is not among them (training keeps fp32 master weights and autocasts: --dtype bf16), nor are
+    # those that change how inference batches are packed: each optimization declares whether it acts here.
+    usable = plugins.training_optimizations()
+    refused = [o for o in args.optimizations if o not in usable]
     if refused:
         raise InputError(f"optimization(s) {', '.join(refused)} do not apply to fine-tuning; "
-                         f"use {' / '.join(TRAINING_OPTIMIZATIONS)} (and --dtype bf16 for reduced precision)")
+                         f"use {' / '.join(usable) or 'none'} (and --dtype bf16 for reduced precision)")
     random.seed(args.seed)
     torch.manual_seed(args.seed)
     family = engine.family(args.model)

@@ -5,11 +5,12 @@ that A also made, and B's recall is the share of A's mentions that B also made. 
 which model is right; swapping A and B swaps precision and recall.
 
 A mention is one element of a result's tuples, once per document: a span is (type, [start, end)), a
-classification label is its type alone. Labels are written differently by the two models: SeqGPT
-gives the label without an offset, RexUniNLU (as its reference does) gives the `[CLASSIFY]` or
-`[MULTICLASSIFY]` marker at the start of the text as the span. Both are read as a label here, and
-documents are paired by id and by their text without that marker, so the same text run as
-`[CLASSIFY]…` through RexUniNLU and as a `cls` task through SeqGPT is one document.
+classification label is its type alone. Models write labels in one of two ways: without an offset
+(SeqGPT), or, for a text that starts with one of the family's declared classification markers
+(`ModelFamily.classification_markers`: RexUniNLU's `[CLASSIFY]` and `[MULTICLASSIFY]`), as the marker's
+span. Both are read as a label here, and documents are paired by id and by their text without its
+marker, so the same text run as `[CLASSIFY]…` through RexUniNLU and as a `cls` task through SeqGPT is one
+document. Each run's markers are passed in (`markers_of` asks its model's family): nothing here names a model.
 
 Two ways of matching, both one-to-one:
   exact    same type and the same offsets (labels: the same type);
@@ -30,9 +31,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from contracts.domain import Document, Result
+from workstation import plugins
 
-# RexUniNLU's classification prefixes (docs/models/rexuninlu.md §3.4)
-CLS_MARKERS = ("[MULTICLASSIFY]", "[CLASSIFY]")
+Markers = tuple[str, ...]
+
+
+def markers_of(model: str) -> Markers:
+    """The classification markers `model`'s family declares; none for a model that is no longer installed."""
+    family = plugins.model_families().get(model)
+    return tuple(family.classification_markers) if family is not None else ()
 
 
 @dataclass(frozen=True)
@@ -58,19 +65,21 @@ class Mention:
         return f"{self.type}: {self.text}{where}"
 
 
-def cls_marker(text: str) -> str:
-    return next((m for m in CLS_MARKERS if text.startswith(m)), "")
+def cls_marker(text: str, markers: Markers = ()) -> str:
+    """The marker the text starts with ("" if none); the longest, should one marker begin another."""
+    return max((m for m in markers if m and text.startswith(m)), key=len, default="")
 
 
-def plain_text(text: str) -> str:
-    """The text without a leading RexUniNLU classification marker."""
-    return text[len(cls_marker(text)):]
+def plain_text(text: str, markers: Markers = ()) -> str:
+    """The text without a leading classification marker."""
+    return text[len(cls_marker(text, markers)):]
 
 
-def mentions(text: str, result: Result, type_map: Mapping[str, str] | None = None) -> list[Mention]:
-    """Each element of the result once, in order of first appearance; offsets into `plain_text(text)`.
+def mentions(text: str, result: Result, type_map: Mapping[str, str] | None = None,
+             markers: Markers = ()) -> list[Mention]:
+    """Each element of the result once, in order of first appearance; offsets into `plain_text(text, markers)`.
     type_map renames types (B's label names to A's schema types) before comparing."""
-    marker = cls_marker(text)
+    marker = cls_marker(text, markers)
     shift = len(marker)
     found: dict[tuple, Mention] = {}
     for tup in result.tuples:
@@ -223,17 +232,18 @@ def compare_document(doc_id: str, text: str, a: list[Mention],
     return DocumentAgreement(doc_id, text, agreed, disagreements, list(a), list(b)), counts
 
 
-def pair_documents(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, Result]]):
+def pair_documents(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, Result]],
+                   markers_a: Markers = (), markers_b: Markers = ()):
     """(position_a, position_b) of documents both runs have, matched by id and text (without a
     classification marker), in A's order; then the ids only A has and those only B has."""
-    def key(doc: Document) -> tuple[str, str]:
-        return str(doc.id), plain_text(doc.text)
+    def key(doc: Document, markers: Markers) -> tuple[str, str]:
+        return str(doc.id), plain_text(doc.text, markers)
     waiting: dict[tuple, list[int]] = defaultdict(list)
     for j, (doc, _) in enumerate(b):
-        waiting[key(doc)].append(j)
+        waiting[key(doc, markers_b)].append(j)
     pairs, only_a = [], []
     for i, (doc, _) in enumerate(a):
-        queue = waiting.get(key(doc))
+        queue = waiting.get(key(doc, markers_a))
         if queue:
             pairs.append((i, queue.pop(0)))
         else:
@@ -268,9 +278,10 @@ def split_outside(found: list[Mention], allowed: set[str] | None) -> tuple[list[
 
 
 def agreement(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, Result]],
-              type_map: Mapping[str, str] | None = None) -> Agreement:
-    """Run B measured against run A over the documents both have (items as in `RunDetail.items`)."""
-    pairs, only_a, only_b = pair_documents(a, b)
+              type_map: Mapping[str, str] | None = None, markers_a: Markers = (), markers_b: Markers = ()) -> Agreement:
+    """Run B measured against run A over the documents both have (items as in `RunDetail.items`); each run's
+    classification markers as its model declares them (`markers_of`)."""
+    pairs, only_a, only_b = pair_documents(a, b, markers_a, markers_b)
     per_type: dict[str, Counts] = defaultdict(Counts)
     outside: dict[str, Counts] = defaultdict(Counts)
     documents = []
@@ -279,9 +290,9 @@ def agreement(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, 
         set_a, set_b = label_set(doc_a), label_set(doc_b)
         set_b = None if set_b is None else {(type_map or {}).get(t, t) for t in set_b}
         allowed = None if set_a is None and set_b is None else (set_a or set()) | (set_b or set())
-        in_a, out_a = split_outside(mentions(doc_a.text, res_a), allowed)
-        in_b, out_b = split_outside(mentions(doc_b.text, res_b, type_map), allowed)
-        doc, counts = compare_document(str(doc_a.id), plain_text(doc_a.text), in_a, in_b)
+        in_a, out_a = split_outside(mentions(doc_a.text, res_a, markers=markers_a), allowed)
+        in_b, out_b = split_outside(mentions(doc_b.text, res_b, type_map, markers_b), allowed)
+        doc, counts = compare_document(str(doc_a.id), plain_text(doc_a.text, markers_a), in_a, in_b)
         doc.position_a, doc.position_b = i, j
         doc.outside_a, doc.outside_b = out_a, out_b
         documents.append(doc)
@@ -294,10 +305,10 @@ def agreement(a: Sequence[tuple[Document, Result]], b: Sequence[tuple[Document, 
     return Agreement(documents, dict(per_type), only_a, only_b, dict(outside))
 
 
-def gold_output(chosen: Iterable[Mention], document: Document) -> list[list[dict]]:
-    """Mentions as a gold output for `document`, in the convention of the model that reads it: a label is
-    the classification marker span for a RexUniNLU `[CLASSIFY]` text, else the label with no offset."""
-    marker = cls_marker(document.text)
+def gold_output(chosen: Iterable[Mention], document: Document, markers: Markers = ()) -> list[list[dict]]:
+    """Mentions as a gold output for `document`, in the convention of the model that reads it (`markers`: its
+    family's): a label is the marker's span for a text that starts with one, else the label with no offset."""
+    marker = cls_marker(document.text, markers)
     out = []
     for m in chosen:
         if m.label:

@@ -1,7 +1,8 @@
 """The review queue: two models on the same documents, and a person's decisions turned into a gold output.
 
-A schema-driven model (RexUniNLU) reads a type list as a flat schema, `[CLASSIFY]` before the text for
-classification; a label-driven one (SeqGPT) reads it as its label list with the task `ext` or `cls`.
+A schema-driven model (RexUniNLU) reads a type list as a flat schema, its first declared classification
+marker (`[CLASSIFY]`) before the text for classification; a label-driven one (SeqGPT) reads it as its label
+list with the task `ext` or `cls`.
 Each document keeps its id in both runs, so `workstation.quality.agreement` pairs them.
 
 Deciding a disagreement means choosing A's version, B's version or neither; the gold output is what
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 from contracts.domain import Document, InputError
 from contracts.model import ModelFamily
 from contracts.names import Reads
-from workstation.quality.agreement import CLS_MARKERS, Disagreement, DocumentAgreement, Mention, gold_output
+from workstation.quality.agreement import Disagreement, DocumentAgreement, Markers, Mention, cls_marker, gold_output
 
 KINDS = {"ner": "Entities (NER)", "cls": "Classification"}
 NEITHER = "neither"
@@ -47,6 +48,10 @@ def documents_for(family: ModelFamily, kind: str, types: Sequence[str], texts: S
         raise InputError("give at least one type (comma-separated)")
     if len(set(types)) != len(types):
         raise InputError("a type is listed twice")
+    markers = family.classification_markers
+    if kind == "cls" and not label_driven(family) and not markers:
+        raise InputError(f"{family.name} declares no classification marker, so it cannot take a classification "
+                         "task here; choose entities, or a model that classifies")
     texts = [t.strip() for t in texts if t.strip()]
     if not texts:
         raise InputError("give at least one text (one per line)")
@@ -58,7 +63,7 @@ def documents_for(family: ModelFamily, kind: str, types: Sequence[str], texts: S
         if label_driven(family):
             doc = Document(str(n), text, task=task_name(family, kind), labels=list(types), line=n)
         else:
-            marked = "[CLASSIFY]" + text if kind == "cls" and not text.startswith(CLS_MARKERS) else text
+            marked = markers[0] + text if kind == "cls" and not cls_marker(text, markers) else text
             doc = Document(str(n), marked, schema=dict.fromkeys(types), line=n)
         family.validate(doc)
         docs.append(doc)
@@ -98,7 +103,10 @@ def decided(doc: DocumentAgreement, choices: Sequence[str | None]) -> tuple[list
     return chosen, open_
 
 
-def gold_for(doc: DocumentAgreement, choices: Sequence[str | None], document: Document) -> list[list[dict]]:
-    """The gold output of the decisions so far, for `document` (the run whose dataset it goes to)."""
+def gold_for(doc: DocumentAgreement, choices: Sequence[str | None], document: Document,
+             markers: Markers = ()) -> list[list[dict]]:
+    """The gold output of the decisions so far, for `document` (the run whose dataset it goes to; `markers`: its
+    model's classification markers)."""
     chosen, _ = decided(doc, choices)
-    return gold_output(sorted(chosen, key=lambda m: (m.start if m.start is not None else -1, m.type)), document)
+    return gold_output(sorted(chosen, key=lambda m: (m.start if m.start is not None else -1, m.type)), document,
+                       markers)

@@ -218,10 +218,12 @@ def comparison_view(store, a: int, b: int) -> None:
 
 def agreement_section(store, a: int, b: int) -> None:
     """How far B agrees with A per type (workstation/quality/agreement.py), and the way to the review queue."""
-    from workstation.quality.agreement import agreement
+    from workstation.quality.agreement import agreement, markers_of
     from workstation.ui.agreement_view import agreement_table
     st.markdown("**Agreement of B with A, per type**")
-    agreement_table(agreement(store.get_run(a).items, store.get_run(b).items), key=f"agreement-{a}-{b}")
+    run_a, run_b = store.get_run(a), store.get_run(b)
+    agreement_table(agreement(run_a.items, run_b.items, markers_a=markers_of(run_a.summary.model),
+                              markers_b=markers_of(run_b.summary.model)), key=f"agreement-{a}-{b}")
     if st.button("Review the disagreements", key=f"review-{a}-{b}"):
         st.session_state["review_pair"] = (a, b)
         st.switch_page(str(Path(__file__).parent / "pages" / "review.py"))

@@ -18,7 +18,7 @@ from contracts.domain import InputError
 from contracts.words import plural
 from storage.repository import NotFound
 from workstation import plugins
-from workstation.finetune.runs import TRAINING_OPTIMIZATIONS, FinetuneRequest, compare_rows, default_output, log_tail
+from workstation.finetune.runs import FinetuneRequest, compare_rows, default_output, log_tail
 from workstation.ui import cautions, gpu, render, state
 
 OTHER = "(another directory…)"
@@ -105,11 +105,11 @@ def new_run_form() -> None:
     on_cpu = device == "cpu" or (device == "auto" and not any(d.startswith("cuda:") for d in devices))
     dtype = cols[1].selectbox("Precision", ["fp32", "bf16"], key="ft_dtype",
                               help="bf16 autocast on CUDA (fp32 master weights); fp32 on the CPU.")
-    registry = plugins.optimizations()
+    usable = plugins.training_optimizations()          # each optimization declares whether it acts in training
     optimizations = cols[2].multiselect(
-        "Optimizations", list(TRAINING_OPTIMIZATIONS), key="ft_optimizations",
-        help="\n\n".join(f"**{n}**: {registry[n].description}" for n in TRAINING_OPTIMIZATIONS if n in registry)
-        or "gradient-checkpointing trades compute for memory; flash-attention uses the fused attention kernel.")
+        "Optimizations", list(usable), key="ft_optimizations",
+        help="\n\n".join(f"**{n}**: {o.description}" for n, o in usable.items())
+        or "No installed optimization acts in fine-tuning.")
     out_key = f"ft_output:{model}:{train}"
     if out_key not in st.session_state:
         st.session_state[out_key] = str(default_output(settings, model, datasets[train].name))

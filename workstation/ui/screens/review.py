@@ -11,7 +11,7 @@ from contracts.domain import InputError, WeightsError
 from contracts.words import agree, plural
 from storage.repository import NotFound
 from workstation.quality import review
-from workstation.quality.agreement import Mention, agreement
+from workstation.quality.agreement import Mention, agreement, markers_of
 from workstation.ui import gold_editor, render, runs, state
 from workstation.ui.agreement_view import agreement_table
 
@@ -26,17 +26,14 @@ names = list(fams)
 pair = st.session_state.get(PAIR)
 
 
-def _default(name: str, fallback: int) -> int:
-    return names.index(name) if name in names else min(fallback, len(names) - 1)
-
-
 with st.expander("Run two models on the same texts", expanded=pair is None):
     if not names:
         st.error("No model plugin is installed.")
         st.stop()
     c = st.columns([2, 2, 2])
-    model_a = c[0].selectbox("Model A (the reference)", names, index=_default("rexuninlu", 0), key="review_model_a")
-    model_b = c[1].selectbox("Model B", names, index=_default("seqgpt", 1), key="review_model_b")
+    # The first two installed models, in the order the plugins are loaded (the built-ins first).
+    model_a = c[0].selectbox("Model A (the reference)", names, index=0, key="review_model_a")
+    model_b = c[1].selectbox("Model B", names, index=min(1, len(names) - 1), key="review_model_b")
     kind = c[2].radio("Task", list(review.KINDS), format_func=review.KINDS.__getitem__, key="review_kind",
                       horizontal=True)
     typed = st.text_input("Types (comma-separated)", key="review_types", placeholder="人物, 地理位置, 组织机构",
@@ -85,8 +82,8 @@ except NotFound as e:
     st.info(render.md_text(str(e)))
     st.stop()
 
-result = agreement(detail_a.items, detail_b.items)
 A, B = detail_a.summary, detail_b.summary
+result = agreement(detail_a.items, detail_b.items, markers_a=markers_of(A.model), markers_b=markers_of(B.model))
 st.subheader(render.md_text(f"Run {A.id} (A: {A.model}) vs run {B.id} (B: {B.model})"))
 agreement_table(result, key="review-agreement")
 if not result.documents:
@@ -232,7 +229,7 @@ sides = {"A": (detail_a, doc.position_a, doc_a), "B": (detail_b, doc.position_b,
 side = st.radio("Save the gold example into a dataset of", list(sides), horizontal=True, key="review_side",
                 format_func=lambda s: f"{s}: {sides[s][0].summary.model}")
 detail, position, document = sides[side]
-draft = review.gold_for(doc, choices, document)
+draft = review.gold_for(doc, choices, document, markers_of(detail.summary.model))
 seed = (detail.id, position, repr(draft))
 if st.session_state.get("review_seed") != seed:
     # The decisions changed: they become the editor's draft (widgets get new keys through the version).
