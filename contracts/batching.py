@@ -1,15 +1,10 @@
-"""Batching shared by the model plugins: length buckets, out-of-memory back-off, the batch size "auto" picks.
+"""Batching shared by the model plugins: length buckets, the batch size "auto" picks, the batch-size setting.
 
-A batch that does not fit on the GPU is halved and retried; nothing is ever dropped.
+A batch that does not fit on the GPU is halved and retried: contracts.torch.memory.run_with_backoff (it needs torch).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterator, Sequence, TypeVar
-
-import torch
-
-T = TypeVar("T")
-R = TypeVar("R")
+from typing import Iterator, Sequence
 
 
 def length_buckets(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
@@ -17,27 +12,6 @@ def length_buckets(lengths: Sequence[int], batch_size: int) -> Iterator[list[int
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     for start in range(0, len(order), batch_size):
         yield order[start:start + batch_size]
-
-
-def is_out_of_memory(error: BaseException) -> bool:
-    return isinstance(error, torch.cuda.OutOfMemoryError) or "out of memory" in str(error).lower()
-
-
-def run_with_backoff(items: Sequence[T], forward: Callable[[Sequence[T]], list[R]],
-                     on_backoff: Callable[[int], None] | None = None) -> list[R]:
-    """forward(items) -> one output per item; on CUDA OOM split the batch in halves and retry each."""
-    try:
-        return forward(items)
-    except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
-        if not is_out_of_memory(e) or len(items) == 1:
-            raise
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    half = (len(items) + 1) // 2
-    if on_backoff:
-        on_backoff(half)
-    return (run_with_backoff(items[:half], forward, on_backoff)
-            + run_with_backoff(items[half:], forward, on_backoff))
 
 
 AUTO = "auto"

@@ -12,6 +12,9 @@ the wall time of the forward calls.
 The clock is also how a run is watched and stopped while it is inside the model: a plugin counts its
 prompts (`count`), every `device()` bracket counts a step, and a set `cancel` event raises `Cancelled`
 at the next bracket, so one long document (SeqGPT on the CPU) stops between decoding steps, not at its end.
+
+torch is imported only by a clock for a CUDA device (whose model has imported it already), so `contracts` stays
+free of it for plugins that run no network.
 """
 from __future__ import annotations
 
@@ -19,8 +22,6 @@ import threading
 import time
 from contextlib import contextmanager
 from typing import Iterator
-
-import torch
 
 STAGES = ("prepare", "device", "decode", "write")
 
@@ -31,9 +32,9 @@ class Cancelled(Exception):
 
 class StageClock:
     def __init__(self, device: str = "cpu", cancel: threading.Event | None = None):
-        self.cuda = str(device).startswith("cuda") and torch.cuda.is_available()
+        self.cuda = str(device).startswith("cuda") and _cuda_available()
         self.seconds: dict[str, float] = dict.fromkeys(STAGES, 0.0)
-        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._events: list[tuple] = []       # (begin, end) torch.cuda.Events of the device brackets
         self._lock = threading.Lock()
         self.backoffs: list[dict] = []       # OOM back-offs: when (seconds into the run) and to what
         self.started = time.perf_counter()
@@ -84,6 +85,7 @@ class StageClock:
             with self.stage("device"):
                 yield
             return
+        import torch
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         begin.record()
         try:
@@ -101,6 +103,7 @@ class StageClock:
     def finish(self) -> dict[str, float]:
         """Resolve the CUDA events (one sync, at the end) and return seconds per stage."""
         if self._events:
+            import torch
             torch.cuda.synchronize()
             with self._lock:
                 self.seconds["device"] += sum(b.elapsed_time(e) for b, e in self._events) / 1000.0
@@ -108,7 +111,34 @@ class StageClock:
         return {k: round(v, 4) for k, v in self.seconds.items()}
 
 
-IDLE = StageClock()     # what a model measures into outside engine.run (evaluation, direct calls)
+def _cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+class IdleClock(StageClock):
+    """A clock that keeps nothing: what a model measures into outside engine.run (evaluation, direct calls). It
+    lives as long as the process, so anything it kept (back-offs, steps, seconds) would grow for ever."""
+
+    def count(self, planned: int = 0, done: int = 0, tokens: int = 0) -> None:
+        pass
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        yield
+
+    def add(self, name: str, seconds: float) -> None:
+        pass
+
+    @contextmanager
+    def device(self) -> Iterator[None]:
+        yield                               # no cancel event to honour, no step to count
+
+    def backoff(self, rows: int) -> None:
+        pass
+
+
+IDLE = IdleClock()
 
 
 def describe(seconds: dict[str, float], wall: float, device_busy: float | None = None,

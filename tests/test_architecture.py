@@ -23,7 +23,7 @@ def test_the_packages_import_one_way_down_the_layers_without_cycles():
 def test_the_contracts_layer_imports_nothing_of_ours(tmp_path):
     # A plugin author's view: only `contracts` on the path (no workstation, storage or plugins next to it).
     (tmp_path / "contracts").symlink_to(ROOT / "contracts")
-    code = ("import sys, contracts, contracts.exporter, contracts.report, contracts.checkpoints, contracts.batching;"
+    code = ("import sys, contracts, contracts.exporter, contracts.report, contracts.torch.checkpoints, contracts.batching;"
             "ours = {'workstation', 'storage', 'plugins', 'benchmarks'};"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ours))")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,

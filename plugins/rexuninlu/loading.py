@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contracts.checkpoints import check_tensors, read_state_dict
 from contracts.domain import WeightsError
+from contracts.torch.checkpoints import check_tensors, read_state_dict
 from plugins.rexuninlu.modeling import RexConfig, RexModel
 
 # Added at run time by the reference, in this order; the ids are len(vocab.txt) + k.

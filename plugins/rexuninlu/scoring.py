@@ -15,10 +15,10 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from contracts.batching import is_out_of_memory
 from contracts.model import Knobs
 from contracts.names import Kernel
 from contracts.stages import IDLE, StageClock
+from contracts.torch.memory import is_out_of_memory
 from plugins.rexuninlu.decoding import Links, TypedHits, Window
 from plugins.rexuninlu.modeling import RexModel
 from plugins.rexuninlu.prompting import MAX_LEN

@@ -36,8 +36,8 @@ from typing import Callable, Hashable, Iterable, Iterator
 
 import torch
 
-from contracts.batching import is_out_of_memory
 from contracts.names import Kernel
+from contracts.torch.memory import is_out_of_memory
 from plugins.seqgpt.cache import KVCache
 from plugins.seqgpt.generation import Batch, EncodedPrompt, GenerationSettings, new_search, to_device
 from plugins.seqgpt.graphs import PROMPT_QUANTUM, spans

@@ -9,7 +9,7 @@ import torch
 from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
-from contracts.precision import MasterWeights
+from contracts.torch.precision import MasterWeights
 from plugins.seqgpt import demo, flash, loading, prompting, windows
 from plugins.seqgpt.generation import GenerationSettings
 from plugins.seqgpt.graphs import DecodeGraphs

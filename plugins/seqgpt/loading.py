@@ -12,8 +12,8 @@ from pathlib import Path
 
 import torch
 
-from contracts.checkpoints import check_tensors, read_state_dict
 from contracts.domain import WeightsError
+from contracts.torch.checkpoints import check_tensors, read_state_dict
 from plugins.seqgpt.modeling import Bloom, BloomConfig
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

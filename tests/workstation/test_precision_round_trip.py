@@ -1,7 +1,7 @@
-"""Switching precision on and off again gives back the fp32 model, bit for bit (contracts.precision)."""
+"""Switching precision on and off again gives back the fp32 model, bit for bit (contracts.torch.precision)."""
 import torch
 
-from contracts.precision import MasterWeights
+from contracts.torch.precision import MasterWeights
 from plugins.rexuninlu.family import RexUniNLU
 from tests.rexuninlu.test_model import mixed_documents, outputs
 
