@@ -17,7 +17,7 @@ from contracts.stages import describe as describe_stages
 from contracts.words import agree, plural
 from workstation import engine, plugins
 from workstation.recording import History
-from workstation.settings import ROOT, load_settings
+from workstation.settings import ROOT, SettingsError, load_settings
 from workstation.weights import command as weights_command
 
 
@@ -104,9 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = build_parser().parse_args(argv)
     command = args.command or "ui"
-    if "memory-pool" in load_settings().optimizations:
-        # Read by PyTorch's CUDA allocator when it starts: this part of the memory pool needs a restart.
-        os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    try:
+        if "memory-pool" in load_settings().optimizations:
+            # Read by PyTorch's CUDA allocator when it starts: this part of the memory pool needs a restart.
+            os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    except SettingsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         if command == "test":
             return run_tests(args.pytest_args)

@@ -204,8 +204,8 @@ def test_an_upload_with_a_byte_order_mark_is_read(client, name, data):
 
 
 def test_an_error_message_holding_a_lone_surrogate_is_still_sent():
-    from workstation.api.app import _json_error
-    response = _json_error(400, "invalid_input", "key \ud800 is bad")
+    from workstation.api.errors import json_error
+    response = json_error(400, "invalid_input", "key \ud800 is bad")
     assert json.loads(response.body)["error"]["message"] == "key \\ud800 is bad"
 
 

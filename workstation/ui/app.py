@@ -17,6 +17,7 @@ import streamlit as st  # noqa: E402
 
 from contracts.model import DEMO_NOTICE  # noqa: E402
 from workstation import engine  # noqa: E402
+from workstation.settings import SettingsError  # noqa: E402
 from workstation.ui import render, state  # noqa: E402
 
 SCREENS = Path(__file__).parent / "screens"
@@ -98,4 +99,9 @@ def run_page() -> None:
     nav.run()
 
 
+try:
+    state.settings()
+except SettingsError as e:              # every page needs them; the next rerun reads the file again
+    st.error(f"**settings.toml cannot be used.** {render.md_text(e)}", icon=":material/error:")
+    st.stop()
 run_page()
