@@ -28,7 +28,9 @@ def batch_size_arg(value: str) -> int | str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(listing: bool = False) -> argparse.ArgumentParser:
+    """listing: name the installed models in --model's help (it imports every plugin, so only for --help)."""
+    models = "the model: " + ", ".join(plugins.model_families()) if listing else "the model"
     p = argparse.ArgumentParser(prog="python3 launcher.py", description="IE Workstation")
     sub = p.add_subparsers(dest="command")
     sub.add_parser("ui", help="start the workstation UI (the default)")
@@ -36,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("pytest_args", nargs=argparse.REMAINDER)
 
     x = sub.add_parser("extract", help="run a model over an input file")
-    x.add_argument("--model", required=True)
+    x.add_argument("--model", required=True, help=models + " (`launcher.py plugins` lists who registered each)")
     x.add_argument("--weights", help="checkpoint directory (default: settings.toml, else demo weights)")
     x.add_argument("--input", required=True, type=Path)
     x.add_argument("--output", required=True, type=Path)
@@ -61,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "Thresholds page), or a JSON file {type: threshold}; the run records them")
 
     c = sub.add_parser("corpus", help="extract over many files on Ray (a local runtime or a cluster); resumable")
-    c.add_argument("--model", required=True)
+    c.add_argument("--model", required=True, help=models)
     c.add_argument("--weights", help="checkpoint directory, readable on every node (default: settings.toml)")
     c.add_argument("--input", required=True, help="a file or a glob of .jsonl/.csv/.txt/.parquet files (quote it)")
     c.add_argument("--output", required=True, type=Path, help="directory: part-*.parquet|jsonl and _manifest.json")
@@ -90,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("finetune", help="fine-tune a model on gold examples")
     f.add_argument("finetune_args", nargs=argparse.REMAINDER)
     weights_command.add_parser(sub)
+
+    e = sub.add_parser("export", help="write a recorded run in an export format (a plugin's too)")
+    e.add_argument("--run", required=True, type=int, action="append", metavar="ID",
+                   help="the run's number in the history (History, GET /v1/runs); repeat it for several runs")
+    e.add_argument("--format", required=True, help="an exporter's name (`launcher.py plugins` lists them)")
+    e.add_argument("--output", type=Path, default=None, help="the file (default: run-ID and the format's suffix)")
+
+    g = sub.add_parser("plugins", help="each installed plugin, its distribution and version, what it registered")
+    g.add_argument("--json", action="store_true", help="one JSON object per plugin, for tools")
+
+    n = sub.add_parser("new-plugin", help="write a working plugin package skeleton (docs/plugins.md)")
+    n.add_argument("name", help="the distribution's name, such as iew-lexicon")
+    n.add_argument("--kind", default="model", choices=["model", "exporter"], help="what the skeleton provides")
+    n.add_argument("--dir", type=Path, default=Path("."), help="the folder to write it in (default: here)")
     return p
 
 
@@ -102,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         # Everything after these commands belongs to the tool behind them (pytest, the fine-tuning loop).
         args = argparse.Namespace(command=argv[0], **{PASS_THROUGH[argv[0]]: argv[1:]})
     else:
-        args = build_parser().parse_args(argv)
+        args = build_parser(listing=bool({"-h", "--help"} & set(argv))).parse_args(argv)
     command = args.command or "ui"
     try:
         if "memory-pool" in load_settings().optimizations:
@@ -132,6 +148,16 @@ def main(argv: list[str] | None = None) -> int:
             return finetune(args.finetune_args)
         if command == "weights":
             return weights_command.run(args)
+        if command == "export":
+            return export(args)
+        if command == "plugins":
+            return list_plugins(args)
+        if command == "new-plugin":
+            from workstation.scaffold import write_plugin
+            folder = write_plugin(args.name, args.kind, args.dir)
+            print(f"wrote {folder}; install it with .venv/bin/pip install -e {folder}, then run its test: "
+                  f".venv/bin/python -m pytest {folder}", file=sys.stderr)
+            return 0
     except (InputError, WeightsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if isinstance(e, InputError) else 1
@@ -403,6 +429,41 @@ def optimization_names(value: str | None, settings) -> list[str]:
     if value is None:
         return list(settings.optimizations)
     return [n.strip() for n in value.split(",") if n.strip() and n.strip() != "none"]
+
+
+def export(args) -> int:
+    """`export --run ID --format NAME [--output FILE]`: what History's export and GET /v1/runs/{id}/export write."""
+    from storage.repository import NotFound, open_store
+    from workstation.exports import export_runs, exporter_named
+    exporter = exporter_named(args.format)
+    s = load_settings()
+    store = open_store(s.path(s.database))
+    try:
+        for run_id in args.run:
+            try:
+                store.run_header(run_id)
+            except NotFound as e:
+                raise InputError(f"--run {run_id}: {e}") from None
+        output = args.output or Path(f"run-{'-'.join(map(str, args.run))}{exporter.suffix}")
+        report = export_runs(store, args.run, exporter.name, output)
+    finally:
+        store.close()
+    print(f"{report.message()}; {exporter.name}: {output}", file=sys.stderr)
+    return 0
+
+
+def list_plugins(args) -> int:
+    """`plugins`: each loaded plugin, where it came from, and what it registered."""
+    table = plugins.plugin_table()
+    if args.json:
+        for row in table:
+            print(json.dumps(row, ensure_ascii=False))
+        return 0
+    for row in table:
+        registered = "; ".join(f"{kind}: {', '.join(names)}" for kind, names in row["registered"].items())
+        print(f"{row['name']}  {row['distribution'] or row['source']} {row['version']}"
+              f"{'  (built-in)' if row['source'] == 'built-in' else ''}\n    {registered or 'nothing registered'}")
+    return 0
 
 
 def finetune(argv: list[str]) -> int:

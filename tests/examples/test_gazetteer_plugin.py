@@ -103,7 +103,8 @@ def test_the_plugin_table_shows_it_installed_and_only_a_named_distribution_loads
     named = json.loads(child(tmp_path, "-c", code).stdout)
     [row] = [r for r in named["table"] if r["name"] == "gazetteer"]
     assert row == {"name": "gazetteer", "version": "0.1.0", "source": f"installed ({DISTRIBUTION})",
-                   "hooks": ["register_exporters", "register_models"]}
+                   "hooks": ["register_exporters", "register_models"], "distribution": DISTRIBUTION,
+                   "registered": {"models": ["gazetteer"], "exporters": ["gazetteer"]}}
     assert "gazetteer" in named["models"] and "gazetteer" in named["exporters"]
     unnamed = json.loads(child(tmp_path, "-c", code, load="").stdout)
     assert "gazetteer" not in unnamed["models"] and {r["source"] for r in unnamed["table"]} == {"built-in"}

@@ -100,7 +100,8 @@ def test_the_example_distribution_of_the_plugin_guide_installs_and_runs_as_writt
             "run\tdocument\ttype\tstart\tend\tspan", "1\ta\t城市\t0\t2\t北京", "1\ta\tformula\t7\t11\t'=1+1"]
         [row] = [r for r in seen["table"] if r["name"] == name]
         assert row == {"name": name, "version": "0.1.0", "source": f"installed ({name})",
-                       "hooks": ["register_exporters", "register_optimizations"]}
+                       "hooks": ["register_exporters", "register_optimizations"], "distribution": name,
+                       "registered": {"optimizations": ["cpu-threads"], "exporters": ["tsv"]}}
         # Installed, yet nowhere else: not in this process, not in a process started without naming it.
         assert "cpu-threads" not in plugins.optimizations() and "tsv" not in plugins.exporters()
         unnamed = child(REGISTRIES)

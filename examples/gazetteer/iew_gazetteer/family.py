@@ -20,55 +20,20 @@ thresholds keep spans without one.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
-from contracts import (
-    Document,
-    InputError,
-    Knobs,
-    LoadedModel,
-    ModelFamily,
-    Reads,
-    Result,
-    Span,
-    TaskPreset,
-    WeightsError,
-)
+from contracts import Document, FlatSchema, ModelFamily, Reads, RuleModel, SchemaType, Span, TaskPreset, WeightsError
 
 from . import patterns
 from .dictionary import Dictionary, builtin_entries, read_folder
 
-
-@dataclass(frozen=True)
-class Kind:
-    """A type a schema may ask for: its Chinese and English names and the type ids it selects."""
-
-    id: str
-    chinese: str
-    english: str
-    covers: frozenset[str]
-
-    @property
-    def names(self) -> str:
-        return self.chinese if self.chinese == self.english else f"{self.chinese}/{self.english}"
-
-
-def _kind(type_id: str, chinese: str, *more: str) -> Kind:
-    return Kind(type_id, chinese, type_id, frozenset((type_id, *more)))
-
-
-PATTERN_KINDS = [_kind("date", "日期"), _kind("money", "金额"), _kind("phone", "电话"), _kind("email", "邮箱"),
-                 _kind("url", "网址"), _kind("id_number", "身份证号"), _kind("ipv4", "IP地址")]
-DICTIONARY_KINDS = [_kind("country", "国家"), _kind("province", "省份"), _kind("city", "城市"),
-                    _kind("organization", "组织机构")]
-COMPOSITE_KINDS = [_kind("location", "地理位置", "country", "province", "city")]
-BUILTIN_KINDS = PATTERN_KINDS + DICTIONARY_KINDS + COMPOSITE_KINDS
-
-
-def key(name: str) -> str:
-    return name.strip().casefold()
+PATTERN_TYPES = [SchemaType("date", ("日期",)), SchemaType("money", ("金额",)), SchemaType("phone", ("电话",)),
+                 SchemaType("email", ("邮箱",)), SchemaType("url", ("网址",)), SchemaType("id_number", ("身份证号",)),
+                 SchemaType("ipv4", ("IP地址",))]
+DICTIONARY_TYPES = [SchemaType("country", ("国家",)), SchemaType("province", ("省份",)), SchemaType("city", ("城市",)),
+                    SchemaType("organization", ("组织机构",))]
+COMPOSITE_TYPES = [SchemaType("location", ("地理位置",), frozenset({"country", "province", "city"}))]
+BUILTIN = FlatSchema(PATTERN_TYPES + DICTIONARY_TYPES + COMPOSITE_TYPES, example='{"日期": null, "city": null}')
 
 
 PRESETS = [
@@ -108,19 +73,8 @@ class Gazetteer(ModelFamily):
 
     def validate(self, document: Document) -> None:
         """The schema's shape. Whether each key is a known type depends on the user dictionaries of the loaded
-        model, so that is checked when it runs (LoadedGazetteer.extract)."""
-        schema, line = document.schema, document.line
-        example = '{"日期": null, "city": null}'
-        if schema is None:
-            raise InputError(f'no schema: give "schema" in the line or --schema, such as {example}', line)
-        if not isinstance(schema, dict) or not schema:
-            raise InputError(f"the schema must be a non-empty JSON object of types, such as {example}", line)
-        for name, value in schema.items():
-            if not isinstance(name, str) or not name.strip():
-                raise InputError(f"schema type {name!r} is not a name", line)
-            if value is not None:
-                raise InputError(f"schema type {name!r} has a nested value: the gazetteer reads a flat schema "
-                                 f"(every value null), such as {example}", line)
+        model, so that is checked when it runs (LoadedGazetteer.check_slice)."""
+        BUILTIN.check_shape(document)
 
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedGazetteer":
         """`weights` is an optional folder of user dictionaries (TYPE.txt); when it does not exist the built-in
@@ -135,73 +89,40 @@ class Gazetteer(ModelFamily):
         return model
 
 
-class LoadedGazetteer(LoadedModel):
-    attention_backends = ()                 # no attention: the fused-attention optimization does not apply
-    capabilities = frozenset()              # nothing for optimizations to switch
-
+class LoadedGazetteer(RuleModel):
     def __init__(self, family: Gazetteer, weights: Path, user: dict[str, list[str]]):
-        self.family, self.weights, self.device, self.is_demo = family, weights, "cpu", False
-        self.knobs = Knobs(attention="none")
-        self.kinds: dict[str, Kind] = {key(n): k for k in BUILTIN_KINDS for n in (k.chinese, k.english)}
-        builtin_ids = {k.id for k in DICTIONARY_KINDS}
+        super().__init__(family, weights)
         self.user_types: dict[str, str] = {}            # user dictionary file stem -> the type id it adds to
+        self.schema = BUILTIN.extended(())
         for stem in user:
-            kind = self.kinds.get(key(stem))
-            if kind is None:
-                kind = self.kinds[key(stem)] = Kind(stem, stem, stem, frozenset((stem,)))
-            self.user_types[stem] = kind.id
+            found = self.schema.find(stem)
+            if found is None:
+                self.schema.add(found := SchemaType(stem))
+            self.user_types[stem] = found.id
         # With and without the built-in dictionaries (the builtin_dictionaries option), built once here.
         self.own = Dictionary()
         for stem, entries in user.items():
             self.own.add(self.user_types[stem], entries)
         self.full = Dictionary()
-        for type_id in sorted(builtin_ids):
+        for type_id in sorted(t.id for t in DICTIONARY_TYPES):
             self.full.add(type_id, builtin_entries(type_id))
         for type_id, entries in self.own.entries.items():
             self.full.add(type_id, entries)
         self.own.build()
         self.full.build()
 
-    def set_dtype(self, dtype: str) -> None:
-        if dtype != "fp32":
-            raise InputError(f"the gazetteer computes no floating-point numbers, so dtype {dtype!r} does not "
-                             "apply to it; leave the dtype at fp32")
-        self.knobs.dtype = dtype
+    def check_slice(self, documents) -> None:
+        """Every schema's keys are known types (built-in, or the user dictionaries') before the first result."""
+        where = f" (user dictionaries: {self.weights})" if self.user_types else ""
+        for document in documents:
+            self.schema.select(document, where)
 
-    def known_types(self) -> str:
-        """The type names a schema may use, for error messages."""
-        seen: dict[str, None] = {}
-        for kind in self.kinds.values():
-            seen.setdefault(kind.names)
-        return ", ".join(seen)
-
-    def resolve(self, document: Document) -> list[tuple[str, frozenset[str]]]:
-        """(schema key, type ids it selects) for each key, or InputError naming the unknown ones."""
-        unknown = [name for name in document.schema if key(name) not in self.kinds]
-        if unknown:
-            where = f" (user dictionaries: {self.weights})" if self.user_types else ""
-            raise InputError(f"unknown type(s) {', '.join(map(repr, unknown))} in the schema of document "
-                             f"{document.id!r}; the gazetteer knows {self.known_types()}{where}", document.line)
-        return [(name, self.kinds[key(name)].covers) for name in document.schema]
-
-    def extract(self, documents: Sequence[Document], batch_size: int = 8,
-                on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
-        unknown = sorted(set(options) - set(self.family.options))
-        if unknown:
-            raise InputError(f"gazetteer has no option(s) {', '.join(unknown)}; it takes "
-                             f"{', '.join(self.family.options)}")
-        ignore_case = bool(options.get("ignore_case", False))
-        dictionary = self.full if options.get("builtin_dictionaries", True) else self.own
-        asked = [self.resolve(doc) for doc in documents]     # every schema checked before the first result
-        for done, (doc, keys) in enumerate(zip(documents, asked), start=1):
-            with self.clock.device():                        # the matching is this model's "forward pass"
-                chosen = leftmost_longest(candidates(doc.text, dictionary, ignore_case))
-            with self.clock.stage("decode"):
-                tuples = [[Span(name, doc.text[start:end], (start, end))]
-                          for (start, end), types in chosen for name, covers in keys if covers & types]
-            if on_progress:
-                on_progress(done)
-            yield Result(doc.id, tuples, coverage=[(0, len(doc.text))])
+    def find(self, document: Document, ignore_case: bool, builtin_dictionaries: bool) -> list[list[Span]]:
+        keys = self.schema.select(document)
+        dictionary = self.full if builtin_dictionaries else self.own
+        chosen = leftmost_longest(candidates(document.text, dictionary, ignore_case))
+        return [[Span(name, document.text[start:end], (start, end))]
+                for (start, end), types in chosen for name, covers in keys if covers & types]
 
     def describe(self) -> dict:
         return {**super().describe(), "dictionaries": self.full.types(),

@@ -11,7 +11,10 @@ st.title("Plugins")
 st.caption("Built-ins are registered exactly like installed plugins (entry-point group "
            f"`{plugins.ENTRY_POINT_GROUP}`). IEW_LOAD_PLUGINS=a,b limits which installed ones load.")
 table = plugins.plugin_table()
-st.dataframe(pd.DataFrame([{**row, "hooks": ", ".join(row["hooks"])} for row in table]),
+st.dataframe(pd.DataFrame([{**row, "hooks": ", ".join(row["hooks"]),
+                            "registered": "; ".join(f"{kind}: {', '.join(names)}"
+                                                    for kind, names in row["registered"].items())}
+                           for row in table]),
              hide_index=True, width="stretch")
 
 left, right = st.columns(2)
