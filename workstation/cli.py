@@ -50,9 +50,8 @@ def build_parser(listing: bool = False) -> argparse.ArgumentParser:
     x.add_argument("--max-new-tokens", type=int, default=None)
     x.add_argument("--num-beams", type=int, default=None)
     x.add_argument("--repetition-penalty", type=float, default=None)
-    x.add_argument("--long-text", default=None, choices=["truncate", "window"],
-                   help="seqgpt: truncate keeps the last 1,024 prompt tokens (the reference, default); "
-                        "window reads all of a long text in overlapping windows")
+    # A model's switch, not the command line's: kept unlisted only to say where it went (--option long_text=...).
+    x.add_argument("--long-text", nargs="?", const="window", default=None, help=argparse.SUPPRESS)
     x.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                    help="any model option (a plugin's too; GET /v1/models lists them), typed like its default; "
                         "repeatable")
@@ -218,10 +217,11 @@ def extract(args) -> int:
     from contextlib import nullcontext
 
     from workstation.inputs import defaults_for, iter_documents, parse_schema_arg
+    if args.long_text is not None:
+        raise InputError(f"--long-text is not a flag of extract: a model's own switches are passed as --option "
+                         f"NAME=VALUE, here --option long_text={args.long_text}")
     s = load_settings()
     fam = engine.family(args.model)
-    if args.long_text and "long_text" not in fam.options:
-        raise InputError(f"--long-text is a SeqGPT switch; {args.model} has no such option (drop the flag)")
     ms = s.model(args.model)
     default = defaults_for(fam.reads, parse_schema_arg(args.schema), "--schema")      # as the model reads it
     skipped = Skipped() if args.skip_invalid else None
@@ -235,8 +235,7 @@ def extract(args) -> int:
     names = optimization_names(args.optimizations, s)
     thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
-                                 ("repetition_penalty", args.repetition_penalty), ("long_text", args.long_text))
-               if v is not None}
+                                 ("repetition_penalty", args.repetition_penalty)) if v is not None}
     options.update(model_options(fam, args.option))
     batch_size = engine.batch_size_for(fam, args.batch_size or ms.batch_size, device, args.dtype or ms.dtype)
     if batch_size < 1:
@@ -279,8 +278,9 @@ def extract(args) -> int:
         if what.startswith("off"):               # asked for, and sat this run out (host-workers on a short run)
             print(f"note: {name} {what}", file=sys.stderr)
     if reading.reported:
-        hint = " (--long-text window reads all of them)" if reading.cut and "long_text" in fam.options \
-            and options.get("long_text", "truncate") == "truncate" else ""
+        whole = fam.whole_text_option             # the model's own way to read all of a text, if it has one
+        hint = f" (--option {whole[0]}={whole[1]} reads all of them)" if reading.cut and whole \
+            and options.get(whole[0], fam.options.get(whole[0])) != whole[1] else ""
         print(f"{reading.cut:,} of {plural(reading.documents, 'document')} {agree(reading.cut, 'was', 'were')} cut (read partly){hint}", file=sys.stderr)
     if report.demo:
         print("note: RANDOM demo weights were used; outputs are meaningless", file=sys.stderr)
@@ -498,7 +498,8 @@ def record_finetune(settings, argv: list[str]) -> int | None:
         store = open_store(settings.path(settings.database))
         try:
             return store.create_training_run(
-                known.model or "rexuninlu", known.weights or report.get("weights") or "", str(output), argv,
+                known.model or report.get("model") or plugins.default_model(),
+                known.weights or report.get("weights") or "", str(output), argv,
                 source="cli", status="completed", datasets=datasets,
                 step=training.get("steps") or len(losses) or None, total_steps=training.get("steps") or None,
                 loss=[[i + 1, float(v)] for i, v in enumerate(losses)], evaluation_before=report.get("before"),

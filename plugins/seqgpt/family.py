@@ -58,6 +58,7 @@ class SeqGPT(ModelFamily):
     options = OPTIONS
     option_choices = OPTION_CHOICES
     option_titles = OPTION_TITLES
+    whole_text_option = ("long_text", "window")
     # batch_size = "auto": prompts generated at once (4 beams each, 64 new tokens after a long prompt) that fit a
     # card of this many GB (less 1.5 GiB for the context). Derived from the H200's measured peaks, linear in the
     # batch; `bench budget24` measures them under a memory budget (docs/performance.md §7).

@@ -55,11 +55,11 @@ def test_cli_counts_cut_documents_and_window_mode_reads_them_whole(tmp_path, dem
     lines = [LINES[1], long]
     done, output = launch(tmp_path, demo_tiny, lines, "--num-beams", "1", "--max-new-tokens", "4")
     assert done.returncode == 0, done.stderr
-    assert "1 of 2 documents was cut (read partly) (--long-text window reads all of them)" in done.stderr
+    assert "1 of 2 documents was cut (read partly) (--option long_text=window reads all of them)" in done.stderr
     truncated = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert truncated[1]["coverage"][0][0] > 0
     done, output = launch(tmp_path, demo_tiny, lines, "--num-beams", "1", "--max-new-tokens", "4",
-                          "--long-text", "window")
+                          "--option", "long_text=window")
     assert done.returncode == 0, done.stderr
     assert "0 of 2 documents were cut (read partly)" in done.stderr
     windowed = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
@@ -67,10 +67,11 @@ def test_cli_counts_cut_documents_and_window_mode_reads_them_whole(tmp_path, dem
     assert windowed[1]["coverage"] == [[0, len(long["text"])]]
 
 
-def test_cli_long_text_is_refused_for_a_model_without_it(tmp_path, demo_tiny):
+def test_cli_long_text_is_refused_for_a_model_without_it(tmp_path, demo_tiny, capsys):
     from workstation.cli import main
     source = tmp_path / "docs.jsonl"
     source.write_text(json.dumps({"id": "1", "text": "x", "schema": {"人物": None}}) + "\n", encoding="utf-8")
     code = main(["extract", "--model", "rexuninlu", "--weights", str(demo_tiny), "--input", str(source),
-                 "--output", str(tmp_path / "o.jsonl"), "--long-text", "window", "--no-record"])
+                 "--output", str(tmp_path / "o.jsonl"), "--option", "long_text=window", "--no-record"])
     assert code == 2 and not (tmp_path / "o.jsonl").exists()
+    assert "rexuninlu takes no options" in capsys.readouterr().err
