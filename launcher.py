@@ -113,13 +113,14 @@ def point_compile_caches() -> None:
     root = os.environ.get("IEW_CACHE_DIR")
     if not root:
         database = "data/runs.db"                   # workstation/settings.py's default
+        settings = Path(os.environ.get("IEW_SETTINGS", ROOT / "settings.toml"))
         try:
-            settings = Path(os.environ.get("IEW_SETTINGS", ROOT / "settings.toml"))
             database = tomllib.loads(settings.read_text("utf-8")).get("storage", {}).get("database", database)
-        except (OSError, tomllib.TOMLDecodeError):
+        except (OSError, tomllib.TOMLDecodeError, AttributeError):
             pass                                    # the settings' own loading reports a bad file
-        path = Path(database).expanduser()
-        root = (path if path.is_absolute() else ROOT / path).parent / "cache"
+        database = os.environ.get("IEW_STORAGE__DATABASE", database)      # as workstation/settings.py reads it
+        path = Path(str(database)).expanduser()
+        root = (path if path.is_absolute() else settings.resolve().parent / path).parent / "cache"
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(root) / "triton"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(root) / "inductor"))
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from workstation.settings import ROOT
 
 
-def setting_path(folder: Path) -> str:
-    """How settings.toml names `folder`: relative to the project folder when inside it (settings.path
-    resolves relative names there), else absolute."""
+def setting_path(folder: Path, base: Path = ROOT) -> str:
+    """How a settings file in `base` names `folder`: relative to `base` when inside it (Settings.path resolves
+    relative names against the settings file's folder), else absolute."""
     folder = Path(folder).expanduser().resolve()
     try:
-        return str(folder.relative_to(ROOT))
+        return str(folder.relative_to(Path(base).resolve()))
     except ValueError:
         return str(folder)
 
@@ -27,7 +27,7 @@ def set_weights(settings_file: Path, model: str, folder: Path) -> None:
         doc["models"] = tomlkit.table(is_super_table=True)
     if model not in doc["models"]:
         doc["models"][model] = tomlkit.table()
-    doc["models"][model]["weights"] = setting_path(folder)
+    doc["models"][model]["weights"] = setting_path(folder, settings_file.parent)
     fd, tmp = tempfile.mkstemp(dir=settings_file.parent, prefix=".settings-", suffix=".toml")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(tomlkit.dumps(doc))
