@@ -15,11 +15,11 @@ from fastapi.security import HTTPBearer
 
 from workstation.api.errors import install_handlers
 from workstation.api.guard import Guard
-from workstation.api.routes import extract, jobs, label_studio, runs, service
+from workstation.api.routes import export, extract, jobs, label_studio, runs, service
 from workstation.api.state import ApiState
 from workstation.settings import Settings
 
-ROUTERS = (service.router, extract.router, jobs.router, runs.router, label_studio.router)
+ROUTERS = (service.router, extract.router, jobs.router, runs.router, export.router, label_studio.router)
 
 
 def create_app(settings: Settings, state: ApiState | None = None, **state_args) -> FastAPI:

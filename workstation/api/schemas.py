@@ -12,7 +12,6 @@ from workstation.unicode_text import lone_surrogate
 MAX_SCHEMA_DEPTH = 16          # RexUniNLU schemas are 1-3 levels deep; deeper is a mistake or an attack
 Dtype = Literal["fp32", "fp16", "bf16"]
 OptionValue = int | float | str | bool | None
-ExportFormat = Literal["jsonl", "csv", "xlsx", "parquet", "label-studio", "doccano"]
 Source = Literal[SOURCES]              # the surfaces a run can come from (History's source column)
 
 

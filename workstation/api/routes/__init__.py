@@ -1,5 +1,5 @@
 """The API's routes, one APIRouter per part: service (health, models, optimizations, GPUs), extract, jobs,
-runs (the history) and label_studio (the ML-backend protocol under /ls). `workstation.api.app` includes them.
+runs (the history), export (a run in any registered format) and label_studio (the ML-backend protocol under /ls). `workstation.api.app` includes them.
 
 A route reaches the shared ApiState through the `State` dependency (the app keeps it on `app.state.api`),
 so a router holds no state of its own and an app can be built over any ApiState (tests build several)."""

@@ -1,18 +1,15 @@
-"""/v1/runs: the history shared with the UI — search, one run with its documents and results, export."""
+"""/v1/runs: the history shared with the UI — search, one run with its documents and results (its export is
+routes/export.py)."""
 from __future__ import annotations
 
 from dataclasses import asdict
 
 from fastapi import APIRouter, Query
-from fastapi.responses import Response
 
-from workstation import plugins
 from workstation.api.routes import RowId, State, plain
-from workstation.api.schemas import ExportFormat, Source
-from workstation.exports import export_bytes
+from workstation.api.schemas import Source
 
 router = APIRouter()
-EXPORT_NAMES = {"xlsx": "excel"}                       # the API's format name -> the exporter's
 
 
 @router.get("/v1/runs", tags=["history"])
@@ -32,10 +29,3 @@ def run(run_id: RowId, state: State):
             "items": [{"document": {"id": d.id, "text": d.text, "schema": d.schema, "task": d.task,
                                     "labels": d.labels}, "result": r.to_json()} for d, r in detail.items]}
 
-
-@router.get("/v1/runs/{run_id}/export", tags=["history"], response_class=Response)
-def export(run_id: RowId, state: State, format: ExportFormat = Query("jsonl")):
-    state.store.get_run(run_id)
-    data, name, _ = export_bytes(state.store, [run_id], EXPORT_NAMES.get(format, format))
-    exporter = plugins.exporters()[EXPORT_NAMES.get(format, format)]
-    return Response(data, media_type=exporter.mime, headers={"Content-Disposition": f'attachment; filename="{name}"'})
