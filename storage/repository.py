@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from sqlalchemy import case, delete, func, inspect, or_, select, update
+from sqlalchemy import case, delete, func, insert, inspect, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -31,6 +31,7 @@ from storage.jobs_queue import JobQueue
 from storage.records import (
     SOURCES,
     check_results,
+    column_values,
     document_record,
     run_header,
     run_summary,
@@ -54,17 +55,13 @@ from storage.training import TrainingLog
 from storage.views import (
     CutDocument,
     Dataset,
-    DocumentComparison,
     GoldExample,
     JobStatus,
     NotFound,
-    RunComparison,
     RunDetail,
     RunSummary,
-    SpanKey,
     StoreBusy,
     TrainingRun,
-    span_key,
 )
 
 if TYPE_CHECKING:
@@ -72,10 +69,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "RunComparison",
-           "DocumentComparison", "JobStatus", "SpanKey", "span_key", "NotFound", "StoreBusy", "SOURCES",
-           "weights_checksum", "Dataset", "GoldExample", "TrainingRun", "SavedThresholds", "CutDocument",
-           "DocumentFilter", "DocumentHit", "DocumentPage", "DocumentRow"]
+__all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "JobStatus", "NotFound",
+           "StoreBusy", "SOURCES", "weights_checksum", "Dataset", "GoldExample", "TrainingRun", "SavedThresholds",
+           "CutDocument", "DocumentFilter", "DocumentHit", "DocumentPage", "DocumentRow"]
 
 
 class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments):
@@ -177,17 +173,24 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments
         if chars > self.CHUNK_CHARS or sum(len(documents) for _, documents, _, _ in runs) > self.CHUNK_DOCUMENTS:
             return [self.record_run(report, documents, source, settings_snapshot=snapshot)
                     for report, documents, source, snapshot in runs]
-        ids = []
+        # Three bulk INSERTs for the whole group, not three ORM flushes per run: an API server writes one run per
+        # request, and the unit of work cost more per one-document run than the tiny model's pass did.
+        checksums: dict[str, str | None] = {}
+        headers = [column_values(run_header(report, len(documents), source, None, snapshot, checksums=checksums))
+                   for report, documents, source, snapshot in runs]
         with self._write() as s:
             finished = utcnow()
-            for report, documents, source, snapshot in runs:
-                run = run_header(report, len(documents), source, None, snapshot, None, None)
-                run.finished_at = finished
-                s.add(run)
-                s.flush()
-                s.add_all([document_record(run.id, position, doc, result)
-                           for position, (doc, result) in enumerate(zip(documents, report.results))])
-                ids.append(run.id)
+            for header in headers:
+                header["finished_at"] = finished
+            ids = list(s.scalars(insert(RunRecord).returning(RunRecord.id, sort_by_parameter_order=True), headers))
+            records = [document_record(run_id, position, doc, result) for run_id, (report, documents, _, _)
+                       in zip(ids, runs) for position, (doc, result) in enumerate(zip(documents, report.results))]
+            if records:
+                document_ids = s.scalars(insert(DocumentRecord).returning(DocumentRecord.id,
+                                                                          sort_by_parameter_order=True),
+                                         [column_values(r) for r in records])
+                s.execute(insert(ResultRecord), [{**column_values(r.result), "document_id": document_id}
+                                                 for r, document_id in zip(records, document_ids)])
         return ids
 
     def search_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,
@@ -271,25 +274,6 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments
         """Documents, results and their search entries go with it (foreign-key cascade and a trigger)."""
         with self._write() as s:
             return s.execute(delete(RunRecord).where(RunRecord.id == run_id)).rowcount > 0
-
-    def compare_runs(self, a: int, b: int) -> RunComparison:
-        """Per document (matched by position, id and text): tuples only in a, only in b, in both. A document
-        whose text differs between the runs under the same id is two documents, and `texts_differ` names it."""
-        run_a, run_b = self.get_run(a), self.get_run(b)
-        docs_a = {(i, d.id, d.text): (d, r) for i, (d, r) in enumerate(run_a.items)}
-        docs_b = {(i, d.id, d.text): (d, r) for i, (d, r) in enumerate(run_b.items)}
-        ids_a = {(i, doc_id) for i, doc_id, _ in docs_a}
-        texts_differ = [doc_id for i, doc_id, _ in sorted(docs_b.keys() - docs_a.keys()) if (i, doc_id) in ids_a]
-        rows = []
-        for key in sorted(docs_a.keys() | docs_b.keys()):
-            document = (docs_a.get(key) or docs_b[key])[0]
-            keys_a = _tuple_keys(docs_a[key][1]) if key in docs_a else []
-            keys_b = _tuple_keys(docs_b[key][1]) if key in docs_b else []
-            set_a, set_b = set(keys_a), set(keys_b)
-            rows.append(DocumentComparison(
-                key[0], key[1], document.text, [k for k in keys_a if k not in set_b],
-                [k for k in keys_b if k not in set_a], [k for k in keys_a if k in set_b], key in docs_a, key in docs_b))
-        return RunComparison(run_a.summary, run_b.summary, rows, texts_differ)
 
 
 def _busy_message(path: Path) -> str:
@@ -414,7 +398,3 @@ def _run_filters(text, model, task, since, until, source, cut=False) -> list:
         conditions.append(or_(RunRecord.id.in_(_runs_with_documents_matching(term)),
                               RunRecord.label.like(pattern, escape="\\"), RunRecord.note.like(pattern, escape="\\")))
     return conditions
-
-
-def _tuple_keys(result: Result) -> list[SpanKey]:
-    return list(dict.fromkeys(span_key(t) for t in result.tuples))        # ordered, without repeats

@@ -1,12 +1,11 @@
 """What the store hands out: plain dataclasses, so the UI never holds a session or an ORM object."""
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from contracts.domain import Document, Span
+from contracts.domain import Document
 from contracts.runs import RunDetail, RunSummary  # noqa: F401  (the store hands these out)
 
 
@@ -29,55 +28,6 @@ class CutDocument:
     model: str
     characters: int                  # the length of the text
     unread: int                      # characters not read (whitespace not counted)
-
-
-# A tuple's identity when comparing runs: (type, span, offset) of each element, in order.
-SpanKey = tuple[tuple[str, str, tuple[int, int] | None], ...]
-
-
-def span_key(spans: Sequence[Span]) -> SpanKey:
-    return tuple((s.type, s.span, tuple(s.offset) if s.offset is not None else None) for s in spans)
-
-
-@dataclass
-class DocumentComparison:
-    position: int
-    doc_id: str
-    text: str
-    only_a: list[SpanKey]
-    only_b: list[SpanKey]
-    both: list[SpanKey]
-    in_a: bool = True                # False: this document is only in run b (runs over different inputs)
-    in_b: bool = True
-
-
-@dataclass
-class RunComparison:
-    a: RunSummary                    # each run's time, memory and settings, for the side-by-side
-    b: RunSummary
-    documents: list[DocumentComparison]
-    texts_differ: list[str] = field(default_factory=list)   # ids whose text is not the same in a and b
-
-    @property
-    def same_inputs(self) -> bool:
-        """Both runs read the same texts under the same ids: their times and outputs compare like for like."""
-        return not self.texts_differ and all(d.in_a and d.in_b for d in self.documents)
-
-    @property
-    def only_a(self) -> int:
-        return sum(len(d.only_a) for d in self.documents)
-
-    @property
-    def only_b(self) -> int:
-        return sum(len(d.only_b) for d in self.documents)
-
-    @property
-    def both(self) -> int:
-        return sum(len(d.both) for d in self.documents)
-
-    @property
-    def identical(self) -> bool:
-        return self.only_a == 0 and self.only_b == 0 and self.same_inputs
 
 
 JOB_STATUSES = ("queued", "running", "cancelled", "done", "failed")

@@ -235,7 +235,7 @@ def key_text(key) -> str:
 
 
 def comparison_rows(documents, limit: int = 5_000) -> list[dict]:
-    """The tuples that differ between two runs, one row each (from Store.compare_runs' documents)."""
+    """The tuples that differ between two runs, one row each (from quality.comparison.compare_runs' documents)."""
     rows = []
     for d in documents:
         if not (d.in_a and d.in_b):

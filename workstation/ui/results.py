@@ -167,8 +167,9 @@ def run_view(detail, key: str, demo_notice: bool = True) -> int | None:
 def comparison_view(store, a: int, b: int) -> None:
     """Two runs side by side: time, tokens, memory and settings, then the tuples that differ."""
     from storage.repository import NotFound
+    from workstation.quality.comparison import compare_runs
     try:
-        cmp = store.compare_runs(a, b)
+        cmp = compare_runs(store, a, b)
     except NotFound as e:
         st.info(render.md_text(e))
         return
