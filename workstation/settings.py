@@ -60,6 +60,7 @@ class ApiSettings(_Section):
     batch_wait_ms: float = 5.0       # how long the first request waits for others to share its pass
     max_batch_documents: int = 64    # documents per shared forward pass
     timeout_s: float = 120.0         # per /v1/extract request, queueing included
+    label_studio_model: str = ""     # the model behind /ls; "" = the first installed one that reads a schema
 
 
 class WeightsSettings(_Section):

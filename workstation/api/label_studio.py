@@ -1,10 +1,11 @@
 """Label Studio's ML-backend protocol, the translation half: a project's label config -> our schemas,
 our Results -> Label Studio prediction results (docs/api.md, "Label Studio").
 
-The config's first <Labels> tag (on a <Text>) names the entity types: they become a RexUniNLU NER
-schema {label: None}. Its <Relations>, if any, become a second, relation schema: every label is a
-subject with every relation as a child ({label: {relation: None}}). A relation value may carry the
-object's label in parentheses, RexUniNLU's own hint, e.g. "创始人(人物)".
+The model behind the backend is `[api] label_studio_model` (`backend_model`): one that reads a schema, as
+RexUniNLU does, the first such installed model by default. The config's first <Labels> tag (on a <Text>)
+names the entity types: they become a NER schema {label: None}. Its <Relations>, if any, become a second,
+relation schema: every label is a subject with every relation as a child ({label: {relation: None}}). A
+relation value may carry the object's label in parentheses, RexUniNLU's own hint, e.g. "创始人(人物)".
 
 Entities come from the NER pass as `labels` regions. Relations come from the relation pass: the subject
 is a region of its label; the object is a region of the hinted label, or the NER region at the same
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from contracts.domain import InputError, Result
+from contracts.model import ModelFamily
+from contracts.names import Reads
 
 HINT = re.compile(r"^(?P<relation>.+)\((?P<label>[^()]+)\)$")
 
@@ -41,6 +45,23 @@ class LabelConfig:
     def object_label(self, relation: str) -> str | None:
         hint = HINT.match(relation)
         return hint["label"] if hint and hint["label"] in self.labels else None
+
+
+def backend_model(configured: str, families: Mapping[str, ModelFamily]) -> str | None:
+    """The model the backend runs: `configured` ([api] label_studio_model) when it is installed and reads a schema
+    (the backend sends the project's labels as one), else an InputError naming the setting; "" = the first
+    installed model that reads a schema, None when there is none (then /ls/predict answers 409)."""
+    schema_models = [name for name, family in families.items() if family.reads == Reads.SCHEMA]
+    if not configured:
+        return schema_models[0] if schema_models else None
+    if configured not in families:
+        raise InputError(f"settings.toml: [api] label_studio_model = {configured!r} is not an installed model; "
+                         f"installed: {', '.join(families) or 'none'}")
+    if configured not in schema_models:
+        raise InputError(f"settings.toml: [api] label_studio_model = {configured!r} reads "
+                         f"{families[configured].reads.fields()}, but the Label Studio backend sends a schema built "
+                         f"from the project's labels; use a model that reads a schema: {', '.join(schema_models) or 'none is installed'}")
+    return configured
 
 
 def parse_label_config(xml: str) -> LabelConfig:

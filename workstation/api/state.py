@@ -20,6 +20,7 @@ from contracts.report import RunReport
 from storage.repository import Store, open_store
 from storage.views import JobStatus
 from workstation import engine, plugins
+from workstation.api import label_studio
 from workstation.api.lanes import LaneRequest, Lanes, RunConfig
 from workstation.api.recorder import Recorder
 from workstation.jobs import JobRunner
@@ -46,6 +47,8 @@ class ApiState:
     def __init__(self, settings: Settings, store: Store | None = None, monitor_factory: Callable = NvmlMonitor,
                  shelf: ModelShelf | None = None, record: bool = True):
         self.settings = settings
+        # Checked before anything is opened: a setting naming no usable model stops `serve` with its name.
+        self.label_studio_model = label_studio.backend_model(settings.api.label_studio_model, plugins.model_families())
         self.store = store or open_store(settings.path(settings.database))
         self.shelf = shelf or ModelShelf()
         self.record = record

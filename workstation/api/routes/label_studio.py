@@ -1,9 +1,11 @@
 """Label Studio's ML-backend protocol under /ls: health, project setup, predictions (entities, and relations
-when the labeling config has them) and the webhook. The labeling config is read by workstation.api.label_studio."""
+when the labeling config has them) and the webhook. The labeling config is read by workstation.api.label_studio;
+the model is `[api] label_studio_model` (ApiState.label_studio_model, checked when the API starts)."""
 from __future__ import annotations
 
 from fastapi import APIRouter
 
+from workstation import plugins
 from workstation.api import label_studio
 from workstation.api.errors import ApiError
 from workstation.api.routes import State
@@ -12,18 +14,21 @@ from workstation.api.schemas import PredictRequest, SetupRequest, WebhookRequest
 from workstation.api.state import ApiState
 
 router = APIRouter(tags=["label-studio"])
-MODEL = "rexuninlu"
 
 
 def _version(state: ApiState) -> str:
-    weights, demo = state.settings.weights_for(MODEL)
-    return f"{MODEL}:{weights.name}{' (random demo weights)' if demo else ''}"
+    name = state.label_studio_model
+    if name is None:
+        return "none (no installed model reads a schema)"
+    weights, demo = state.settings.weights_for(name, plugins.model_families()[name].needs_weights)
+    return f"{name}:{weights.name}{' (random demo weights)' if demo else ''}"
 
 
 @router.get("/ls")
 @router.get("/ls/health")
 def ls_health(state: State):
-    return {"status": "UP", "model_class": "IE Workstation RexUniNLU", "model_version": _version(state)}
+    return {"status": "UP", "model_class": f"IE Workstation {state.label_studio_model or ''}".strip(),
+            "model_version": _version(state)}
 
 
 @router.post("/ls/setup")
@@ -36,8 +41,13 @@ def ls_setup(body: SetupRequest, state: State):
 
 @router.post("/ls/predict")
 async def ls_predict(body: PredictRequest, state: State):
-    if MODEL not in state.families():
-        raise ApiError(409, "model_not_served", f"the Label Studio backend needs {MODEL}; add it to [api] models")
+    model = state.label_studio_model
+    if model is None:
+        raise ApiError(409, "model_not_served", "no installed model reads a schema, which the Label Studio backend "
+                                                "sends; install one and set [api] label_studio_model")
+    if model not in state.families():
+        raise ApiError(409, "model_not_served", f"the Label Studio backend runs {model} ([api] label_studio_model); "
+                                                "add it to [api] models")
     project = str(body.project).split(".")[0] if body.project is not None else None
     if body.label_config:
         config = label_studio.parse_label_config(body.label_config)
@@ -54,8 +64,8 @@ async def ls_predict(body: PredictRequest, state: State):
     if relation_schema:
         items += [{"id": f"task-{t.get('id', i)}-relations", "text": text, "schema": relation_schema}
                   for i, (t, text) in enumerate(zip(body.tasks, texts), start=1)]
-    documents = state.documents(MODEL, items)
-    run_config = state.config(MODEL, None, None, None, {}, None)
+    documents = state.documents(model, items)
+    run_config = state.config(model, None, None, None, {}, None)
     extraction = await wait_for(state.submit(run_config, documents), state.settings.api.timeout_s)
     results = extraction.report.results
     n = len(texts)
