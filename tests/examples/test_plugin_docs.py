@@ -120,17 +120,22 @@ def test_every_hook_and_every_member_of_the_contracts_is_in_the_guide():
         Capability,
         Exporter,
         ExportReport,
+        FlatSchema,
         Kernel,
         Knobs,
         LoadedModel,
         ModelFamily,
         Optimization,
         Reads,
+        RuleModel,
         hookspecs,
+        testing,
     )
     text = DOCS.read_text("utf-8")
     hooks = [n for n, f in vars(hookspecs).items() if callable(f) and hasattr(f, "ie_workstation_spec")]
-    members = [n for cls in (ModelFamily, LoadedModel, Optimization) for n in vars(cls) if not n.startswith("_")]
+    members = [n for cls in (ModelFamily, LoadedModel, Optimization, RuleModel, FlatSchema) for n in vars(cls)
+               if not n.startswith("_")]
+    members += [n for n, f in vars(testing).items() if getattr(f, "__module__", "") == testing.__name__]
     fields = [f.name for cls in (Exporter, ExportReport, Knobs) for f in dataclasses.fields(cls)] + ["message"]
     constants = [f"{cls.__name__}.{m.name}" for cls in (Reads, Capability, Kernel) for m in cls]
     missing = [n for n in hooks + members + fields if f"`{n}" not in text] + [c for c in constants if c not in text]
