@@ -7,6 +7,8 @@ from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import inspect as sa_inspect
+
 from contracts.domain import Document, Result, unread_chars
 from contracts.words import plural
 from storage.database import JsonText
@@ -66,14 +68,20 @@ def check_results(report: RunReport, documents: Sequence[Document]) -> None:
 
 
 def run_header(report: RunReport, documents: int, source: str, task: str | None, settings: dict | None,
-               label: str | None = None, note: str | None = None) -> RunRecord:
-    """The run's own row, without its documents and unfinished (finished_at NULL) until they are all written."""
+               label: str | None = None, note: str | None = None,
+               checksums: dict[str, str | None] | None = None) -> RunRecord:
+    """The run's own row, without its documents and unfinished (finished_at NULL) until they are all written.
+    `checksums`: weights -> checksum already computed for runs written together (one look at the files each)."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
     wall = float(report.wall_seconds)
+    weights = str(report.weights)
+    checksums = {} if checksums is None else checksums
+    if weights not in checksums:
+        checksums[weights] = weights_checksum(weights)
     return RunRecord(
         created_at=_parse_time(report.started_at), source=source, model=report.model, task=task,
-        weights=str(report.weights), weights_checksum=weights_checksum(report.weights), demo=bool(report.demo),
+        weights=weights, weights_checksum=checksums[weights], demo=bool(report.demo),
         device=report.device, dtype=report.dtype, attention=report.attention,
         optimizations=dict(report.optimizations), batch_size=int(report.batch_size), options=dict(report.options),
         settings=_with_thresholds(settings, report), documents_count=documents, wall_seconds=wall,
@@ -89,6 +97,15 @@ def document_record(run_id: int, position: int, doc: Document, result: Result) -
     record.result = ResultRecord(output=JsonText(result.output_json_text()), raw=result.raw, warnings=list(result.warnings),
                                  coverage=coverage, unread_chars=unread_chars(doc.text, result.coverage))
     return record
+
+
+def column_values(record) -> dict[str, Any]:
+    """A new record's values by attribute name, its id aside: one row of a bulk INSERT. Every row of a table gets
+    the same keys (an unset column is None, which these tables store as NULL, as the ORM would), so the rows go
+    in one executemany, not one statement per shape."""
+    mapper = sa_inspect(type(record))
+    keys = {c.key for c in mapper.primary_key}
+    return {a.key: getattr(record, a.key) for a in mapper.column_attrs if a.key not in keys}
 
 
 def written_chars(record: DocumentRecord) -> int:

@@ -182,15 +182,21 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments
             finished = utcnow()
             for header in headers:
                 header["finished_at"] = finished
-            ids = list(s.scalars(insert(RunRecord).returning(RunRecord.id, sort_by_parameter_order=True), headers))
+            # Under the write lock nobody else inserts, and AUTOINCREMENT hands out ids above every earlier one, in
+            # insertion order: the new runs are those above the largest id before, in the order of `runs`.
+            before = s.scalar(select(func.max(RunRecord.id))) or 0
+            s.execute(insert(RunRecord).execution_options(render_nulls=True), headers)
+            ids = list(s.scalars(select(RunRecord.id).where(RunRecord.id > before).order_by(RunRecord.id)))
             records = [document_record(run_id, position, doc, result) for run_id, (report, documents, _, _)
                        in zip(ids, runs) for position, (doc, result) in enumerate(zip(documents, report.results))]
             if records:
-                document_ids = s.scalars(insert(DocumentRecord).returning(DocumentRecord.id,
-                                                                          sort_by_parameter_order=True),
-                                         [column_values(r) for r in records])
-                s.execute(insert(ResultRecord), [{**column_values(r.result), "document_id": document_id}
-                                                 for r, document_id in zip(records, document_ids)])
+                # render_nulls: a None goes in as NULL rather than splitting the rows by the columns they set
+                s.execute(insert(DocumentRecord).execution_options(render_nulls=True), [column_values(r) for r in records])
+                document_ids = {(run_id, position): document_id for document_id, run_id, position in s.execute(
+                    select(DocumentRecord.id, DocumentRecord.run_id, DocumentRecord.position)
+                    .where(DocumentRecord.run_id.in_(ids)))}
+                s.execute(insert(ResultRecord).execution_options(render_nulls=True), [
+                    {**column_values(r.result), "document_id": document_ids[(r.run_id, r.position)]} for r in records])
         return ids
 
     def search_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,

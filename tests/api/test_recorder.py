@@ -64,3 +64,29 @@ def test_a_store_that_fails_leaves_the_run_id_empty_but_answers(store):
         assert recorder.record(make_report(results), docs, {}).result(30) is None
     finally:
         recorder.stop()
+
+
+def test_a_group_of_runs_is_written_in_a_few_statements_whatever_its_size(store, tmp_path, monkeypatch):
+    # One INSERT per table for the whole group: per-run ORM flushes cost a busy API more than the tiny model's pass.
+    from sqlalchemy import event
+
+    from storage import records
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+    looked_at = []
+    real_checksum = records.weights_checksum
+    monkeypatch.setattr(records, "weights_checksum", lambda w: looked_at.append(w) or real_checksum(w))
+    docs, results = ner_run()
+    statements = []
+    event.listen(store.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    ids = store.record_runs([(make_report(results, weights=str(weights)), docs, "api", {"n": n}) for n in range(40)])
+    inserts = [s for s in statements if s.lstrip().upper().startswith("INSERT")]
+    assert len(inserts) <= 3 and looked_at == [str(weights)]
+    assert len(set(ids)) == 40 and ids == sorted(ids)
+    stored = [store.get_run(i) for i in ids]
+    assert [r.settings["n"] for r in stored] == list(range(40))          # each run with its own snapshot, in order
+    assert all([doc.id for doc, _ in r.items] == ["d0", "d1"] for r in stored)
+    assert all(r.items[1][1].warnings == results[1].warnings and r.items[0][1].to_json() == results[0].to_json()
+               for r in stored)
+    assert len(store.search_runs(text="阿里巴巴", source="api", limit=100)) == 40      # the search index's triggers ran
