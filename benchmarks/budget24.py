@@ -43,6 +43,7 @@ from benchmarks.training import ENTITIES, LABELS, gold_of, text_of
 from contracts.batching import auto_batch_size
 from contracts.domain import Document, InputError
 from workstation import engine
+from workstation.run_config import RunConfig
 
 GIB = 1 << 30
 RESERVE_GIB = 1.5
@@ -77,8 +78,8 @@ def budget(device: str, card_gb: float | None) -> None:
 def run(model, docs, batch: int, dtype: str, optimizations, **options):
     """engine.run as a surface calls it -> (report, outputs, error or None)."""
     try:
-        report = engine.run(model, docs, batch, optimizations=list(optimizations), only_applicable=True,
-                            dtype=dtype, max_tuples=0, **options)
+        report = engine.run(model, docs, RunConfig(batch_size=batch, optimizations=list(optimizations), only_applicable=True,
+                                                  dtype=dtype, max_tuples=0, options=options))
     except Exception as e:                              # noqa: BLE001 - what reached the caller is the finding
         return None, None, f"{type(e).__name__}: {str(e)[:300]}"
     return report, [r.to_json()["output"] for r in report.results], None
@@ -260,7 +261,7 @@ def lane(weights: str, device: str, docs: list, batch: int, out: str, ready, go)
     model = engine.load_model("rexuninlu", Path(weights), device, "fp32")
     ready.set()
     go.wait(120)
-    report = engine.run(model, docs, batch, optimizations=[], max_tuples=0)
+    report = engine.run(model, docs, RunConfig(batch_size=batch, optimizations=[], max_tuples=0))
     Path(out).write_text(json.dumps({"pid": os.getpid(), "outputs": [r.to_json()["output"] for r in report.results],
                                      "backoffs": len(report.backoffs),
                                      "peak_gib": (report.peak_memory_bytes or 0) / GIB}), "utf-8")

@@ -20,6 +20,7 @@ from benchmarks.common import (
 )
 from contracts.domain import Document, InputError
 from workstation import engine
+from workstation.run_config import RunConfig
 
 
 def rex_batching(args) -> dict:
@@ -187,9 +188,10 @@ def rex_e2e(args) -> dict:
             model.scorer.pipelined = model.scorer.device_pairing = rebuilt
             # Warm-up: kernels compiled, with CUDA graphs every shape the run meets captured (a workstation
             # captures each once per session; 64 documents left some to the timed run), host workers started.
-            engine.run(model, docs if knobs[2] or knobs[4:] else docs[:64], batch, keep_results=False)
+            engine.run(model, docs if knobs[2] or knobs[4:] else docs[:64], RunConfig(batch_size=batch),
+                       keep_results=False)
             sink: list[bytes] = []
-            report = engine.run(model, docs, batch, keep_results=False,
+            report = engine.run(model, docs, RunConfig(batch_size=batch), keep_results=False,
                                 on_result=lambda _, r: sink.append(r.to_json_line()))
             outputs = [json.loads(line)["output"] for line in sink]
             if baseline is None:

@@ -17,6 +17,7 @@ from contracts.stages import describe as describe_stages
 from contracts.words import agree, plural
 from workstation import engine, plugins
 from workstation.recording import History
+from workstation.run_config import Overrides, resolve
 from workstation.settings import ROOT, SettingsError, load_settings
 from workstation.weights import command as weights_command
 
@@ -120,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(listing=bool({"-h", "--help"} & set(argv))).parse_args(argv)
     command = args.command or "ui"
     try:
-        if "memory-pool" in load_settings().optimizations:
-            # Read by PyTorch's CUDA allocator when it starts: this part of the memory pool needs a restart.
-            os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+        # What an enabled optimization needs before CUDA starts (the memory pool's allocator setting): it takes
+        # a restart, and the UI's server and job processes inherit it from here.
+        for key, value in plugins.environment_for(load_settings().optimizations).items():
+            os.environ.setdefault(key, value)
     except SettingsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -222,24 +224,20 @@ def extract(args) -> int:
                          f"NAME=VALUE, here --option long_text={args.long_text}")
     s = load_settings()
     fam = engine.family(args.model)
-    ms = s.model(args.model)
     default = defaults_for(fam.reads, parse_schema_arg(args.schema), "--schema")      # as the model reads it
     skipped = Skipped() if args.skip_invalid else None
     documents = iter_documents(args.input, default, skipped.line if skipped else None)
 
     if args.weights and not Path(args.weights).exists():      # a model that needs no weights would not notice
         raise WeightsError(f"--weights {args.weights} does not exist")
-    weights = Path(args.weights) if args.weights else s.weights_for(args.model, fam.needs_weights)[0]
-    device = engine.resolve_device(args.device or ms.device)
-    # Named optimizations must apply; without --optimizations, settings.toml's apply where they can.
-    names = optimization_names(args.optimizations, s)
-    thresholds = read_thresholds(args.thresholds, s, args.model, weights)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty)) if v is not None}
     options.update(model_options(fam, args.option))
-    batch_size = engine.batch_size_for(fam, args.batch_size or ms.batch_size, device, args.dtype or ms.dtype)
-    if batch_size < 1:
-        raise InputError("--batch-size must be at least 1")
+    # Named optimizations must apply; without --optimizations, settings.toml's apply where they can.
+    config = resolve(s, fam, Overrides(weights=args.weights, device=args.device, dtype=args.dtype,
+                                       batch_size=args.batch_size, optimizations=optimization_names(args.optimizations),
+                                       options=options))
+    config = config.replace(thresholds=read_thresholds(args.thresholds, s, args.model, config.weights) or {})
 
     args.output.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{args.output.name}.", dir=args.output.parent)
@@ -255,12 +253,11 @@ def extract(args) -> int:
                 if history:
                     history.add(document, result)
             # Loaded once the first documents have passed their checks: a bad first line costs no load.
-            report = engine.run(lambda: nullcontext(times.load(engine.load_model, args.model, weights, device, "fp32")),
-                                documents, batch_size, family=fam, optimizations=names,
-                                only_applicable=args.optimizations is None, dtype=args.dtype,
-                                configured_dtype=ms.dtype, on_start=history.start if history else None,
+            report = engine.run(lambda: nullcontext(times.load(engine.load_model, args.model, config.weights,
+                                                               config.device, "fp32")),
+                                documents, config, family=fam, on_start=history.start if history else None,
                                 on_result=write, on_invalid=skipped.document if skipped else None,
-                                keep_results=False, thresholds=thresholds, **options)
+                                keep_results=False)
         os.replace(tmp, args.output)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -402,18 +399,15 @@ def corpus(args) -> int:
                          "which installs requirements-corpus.txt") from None
     from workstation.inputs import parse_schema_arg
     s = load_settings()
-    ms = s.model(args.model)
     options = {k: v for k, v in (("max_new_tokens", args.max_new_tokens), ("num_beams", args.num_beams),
                                  ("repetition_penalty", args.repetition_penalty)) if v is not None}
-    weights = Path(args.weights) if args.weights else s.weights_for(args.model, engine.family(args.model).needs_weights)[0]
-    job = runner.CorpusJob(
-        args.model, weights, args.input, args.output,
-        address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-        batch_size=engine.batch_size_for(engine.family(args.model), args.batch_size or ms.batch_size,
-                                         ms.device, args.dtype or ms.dtype),
-        optimizations=optimization_names(args.optimizations, s),
-        dtype=args.dtype, configured_dtype=ms.dtype, format=args.format, schema=parse_schema_arg(args.schema),
-        options=options, store=None if args.no_record else s.path(s.database))
+    # Resolved on this machine, once: the workers run this value on their own devices.
+    config = resolve(s, engine.family(args.model), Overrides(
+        weights=args.weights, dtype=args.dtype, batch_size=args.batch_size,
+        optimizations=optimization_names(args.optimizations), options=options))
+    job = runner.CorpusJob.of(config, args.input, args.output, address=args.address, workers=args.workers,
+                              gpus_per_worker=args.gpus_per_worker, format=args.format,
+                              schema=parse_schema_arg(args.schema), store=None if args.no_record else s.path(s.database))
     manifest = runner.run(job)
     c = manifest["counts"]
     print(f"{plural(c['documents'], 'document')} ({plural(c['errors'], 'error')}) in {c['shards_done']}/"
@@ -424,10 +418,10 @@ def corpus(args) -> int:
     return 0
 
 
-def optimization_names(value: str | None, settings) -> list[str]:
-    """--optimizations a,b (or 'none'); without it, the settings' list."""
+def optimization_names(value: str | None) -> list[str] | None:
+    """--optimizations a,b (or 'none'); None without it: settings.toml's list (run_config.resolve)."""
     if value is None:
-        return list(settings.optimizations)
+        return None
     return [n.strip() for n in value.split(",") if n.strip() and n.strip() != "none"]
 
 

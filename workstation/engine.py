@@ -34,7 +34,6 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from contracts.batching import AUTO, auto_batch_size
 from contracts.domain import Document, InputError, Result, WeightsError
 from contracts.model import LoadedModel, ModelFamily
 from contracts.report import RunReport
@@ -42,37 +41,13 @@ from contracts.stages import IDLE, Cancelled, StageClock  # noqa: F401  (Cancell
 from contracts.words import plural
 from workstation import plugins
 from workstation.quality.thresholds import apply_thresholds
-from workstation.settings import load_settings
+from workstation.run_config import RunConfig, batch_size_for, resolve_device  # noqa: F401  (the engine's names too)
+
+AS_IT_IS = RunConfig()      # batch 8, the model's knobs as they are, no thresholds, the default tuple cap
 
 # A model lent for one run: a context manager factory (ModelShelf.borrow, a loader). `run` enters it only
 # after the first documents have passed their checks.
 Lend = Callable[[], AbstractContextManager[LoadedModel]]
-
-
-def resolve_device(device: str) -> str:
-    if device in ("", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        # InputError: a wrong choice of device is the user's to fix, so every surface says it in one line.
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise InputError(f"device {device!r} was asked for, but this machine has no CUDA GPU that PyTorch "
-                             "can use; choose the CPU (--device cpu, or cpu in the sidebar)")
-        index = device.partition(":")[2]
-        if index and (not index.isdigit() or int(index) >= count):
-            raise InputError(f"device {device!r} does not exist: this machine has {count} CUDA GPU(s), "
-                             f"cuda:0 to cuda:{count - 1}")
-    return device
-
-
-def batch_size_for(fam: ModelFamily, setting: int | str, device: str, dtype: str) -> int:
-    """The batch size a run uses: `setting` itself, or for "auto" the family's batch_table row for this device's
-    memory (as the device reports it) and dtype. The back-off still halves a batch that does not fit."""
-    if setting != AUTO:
-        return int(setting)
-    device = resolve_device(device)
-    memory = torch.cuda.get_device_properties(device).total_memory if device.startswith("cuda") else None
-    return auto_batch_size(fam.batch_table, dtype, memory)
 
 
 def family(name: str) -> ModelFamily:
@@ -146,21 +121,22 @@ def slice_size(batch_size: int) -> int:
     return max(batch_size * 32, 256)
 
 
-def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: int = 8, *,
-        family: ModelFamily | None = None, optimizations: Sequence[str] | None = None,
-        only_applicable: bool = False, dtype: str | None = None, configured_dtype: str | None = None,
-        total: int | None = None, on_start: Callable[[RunReport], None] | None = None,
+def run(model: LoadedModel | Lend, documents: Iterable[Document], config: RunConfig = AS_IT_IS, *,
+        family: ModelFamily | None = None, total: int | None = None,
+        on_start: Callable[[RunReport], None] | None = None,
         on_result: Callable[[Document, Result], None] | None = None,
         on_progress: Callable[[int, int | None], None] | None = None,
         on_invalid: Callable[[Document, InputError], None] | None = None,
         cancel: threading.Event | None = None, on_clock: Callable[[StageClock], None] | None = None,
-        keep_results: bool = True, thresholds: dict[str, float] | None = None, max_tuples: int | None = None, **options) -> RunReport:
-    """Run documents through a model and measure the run (the module's docstring has the steps).
+        keep_results: bool = True) -> RunReport:
+    """Run documents through a model with a resolved configuration and measure the run (the module's
+    docstring has the steps).
 
     model:          a loaded model, or a Lend entered once the first slice has passed its checks
+    config:         what the run runs with (workstation/run_config.py): batch size, optimizations (None: the
+                    knobs as they are), the dtype rule (`settle`), options, thresholds, the tuple cap.
+                    Its model, weights and device say what the caller lends; the run reads them from the model
     family:         the model's family, needed when `model` is lent (it checks the documents)
-    optimizations:  names to switch on, the others off (None: leave the knobs alone); `only_applicable`
-                    skips those that do not apply. dtype / configured_dtype: the dtype rule (`settle`)
     total:          the number of documents when known, for `on_progress(done, total)`
     on_start:       called with the report (settings, no measurements) once the model is set up
     on_result:      called with (document, result) in input order; `keep_results=False` keeps none in the
@@ -171,26 +147,23 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
                     device step (contracts/stages.py)
     on_clock:       called with the run's StageClock before the first slice; its progress() may be read from
                     another thread while the run goes on (the Extract page's elapsed time and prompt counts)
-    thresholds:     per-type confidence thresholds (workstation/quality/thresholds.py) applied to every result
-    max_tuples:     at most this many tuples per document (None: settings.toml's; 0: no limit)
-    options:        the model's own extract() options
     """
     lent = callable(model) and not isinstance(model, LoadedModel)
     if lent and family is None:
         raise TypeError("engine.run with a lent model needs family=: documents are checked before it is taken")
     checker = family or model.family
-    limit = load_settings().max_tuples_per_document if max_tuples is None else max_tuples
-    slices = _slices(_checked(documents, checker, on_invalid), slice_size(batch_size))
+    size = slice_size(config.batch_size)
+    slices = _slices(_checked(documents, checker, on_invalid), size)
     first = next(slices, [])            # checked before the model is taken: a bad first line costs no load
     with (model() if lent else nullcontext(model)) as taken, _alone(taken):
-        active = settle(taken, optimizations, dtype, configured_dtype, only_applicable)
+        active = settle(taken, config.optimizations, config.dtype, config.configured_dtype, config.only_applicable)
         # Before the first batch: the model starts what the run will need (host workers import while the graphs
         # are captured), or says which optimization sits out a run this short.
-        active.update(taken.prepare_run(len(first) if len(first) < slice_size(batch_size) else None))
+        active.update(taken.prepare_run(len(first) if len(first) < size else None))
         report = RunReport(taken.family.name, str(taken.weights), taken.is_demo, taken.device, taken.knobs.dtype,
-                           taken.attention_kernel(), active, batch_size, options,
+                           taken.attention_kernel(), active, config.batch_size, config.option_values,
                            datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                           thresholds=dict(thresholds) if thresholds else None)
+                           thresholds=config.threshold_values)
         # The first run on a loaded model pays one-time costs (allocation, kernel choice, graph capture) that
         # later runs do not: comparisons say so rather than credit a setting with the difference.
         report.first_after_load = not vars(taken).get("_engine_warm", False)
@@ -198,7 +171,7 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], batch_size: in
         if on_start:
             on_start(report)
         with _collector_aside():
-            _measure(taken, report, chain([first], slices), limit, total, on_result, on_progress, cancel, keep_results,
+            _measure(taken, report, chain([first], slices), config.max_tuples, total, on_result, on_progress, cancel, keep_results,
                      on_clock)
     return report
 

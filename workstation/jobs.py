@@ -49,6 +49,8 @@ from contracts.words import plural
 from storage.repository import Store
 from storage.views import JobStatus, StoreBusy
 from workstation import engine
+from workstation.run_config import RunConfig
+from workstation.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 10.0
@@ -81,12 +83,23 @@ def owner_is_dead(owner: str | None, heartbeat_at: datetime | None, stale_after_
         return False                     # alive, run by another user
 
 
+def job_config(job: JobStatus, settings: Settings | None = None) -> RunConfig:
+    """A queued job's run configuration: the settings it was queued with (its optimizations were resolved
+    then, so each must apply; its dtype is the configured one, which an optimization may override), and
+    today's tuple cap from settings.toml, read once for the job."""
+    cap = (settings or load_settings()).max_tuples_per_document
+    return RunConfig(job.model, Path(job.weights), job.device, None, tuple(job.optimizations), job.options,
+                     job.batch_size, configured_dtype=job.dtype, max_tuples=cap,
+                     demo=engine.family(job.model).is_demo(Path(job.weights)))
+
+
 @dataclass
 class _JobRun:
     """What a job's device workers share during one session of the job."""
 
     job: JobStatus
     slice_size: int
+    config: RunConfig                     # what every slice runs with: the job's settings, resolved once
     stop: threading.Event = field(default_factory=threading.Event)
     errors: list[str] = field(default_factory=list)
     model_info: dict | None = None
@@ -229,7 +242,7 @@ class JobRunner:
         beat.start()
         try:
             devices = self._devices(job)
-            run = _JobRun(job, self.slice_size or max(4 * job.batch_size, 16))
+            run = _JobRun(job, self.slice_size or max(4 * job.batch_size, 16), job_config(job))
             slices_left = math.ceil((job.total - job.done) / run.slice_size)
             devices = devices[:max(slices_left, 1)]             # no GPU loads a model for nothing
             workers = [threading.Thread(target=self._work, args=(run, device, i), name=f"job-{job_id}-{device}")
@@ -299,9 +312,8 @@ class JobRunner:
                 self._commit(run, done)
                 done, last_commit = [], time.monotonic()
 
-        report = engine.run(lend, [d for _, d in claimed], job.batch_size, family=engine.family(job.model),
-                            optimizations=job.optimizations, configured_dtype=job.dtype, on_start=started,
-                            on_result=finished, keep_results=False, **job.options)
+        report = engine.run(lend, [d for _, d in claimed], run.config, family=engine.family(job.model),
+                            on_start=started, on_result=finished, keep_results=False)
         backoffs = [{**b, "at_seconds": round(began + b["at_seconds"], 3)} for b in report.backoffs]
         self._commit(run, done, tokens=report.tokens, peak=report.peak_memory_bytes, stages=report.stages,
                      backoffs=backoffs)

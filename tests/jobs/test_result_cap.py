@@ -5,18 +5,20 @@ from test_job_runner import create, documents
 
 from workstation import engine, settings
 from workstation.jobs import JobRunner
+from workstation.run_config import RunConfig
 
 
 def test_a_document_with_more_tuples_than_the_cap_keeps_the_first_and_says_so(fake, weights):
     model = engine.load_model("fake", weights, "cpu")
-    report = engine.run(model, documents(2), 4, max_tuples=3, tuples=5)
+    report = engine.run(model, documents(2), RunConfig(batch_size=4, max_tuples=3, options={'tuples': 5}))
     for result in report.results:
         assert len(result.tuples) == 3
         assert result.warnings == ["2 more tuple(s) were dropped: at most 3 are kept per document "
                                    "([results] max_tuples_per_document in settings.toml)"]
-    untouched = engine.run(model, documents(1), 4, max_tuples=5, tuples=5).results[0]
+    untouched = engine.run(model, documents(1), RunConfig(batch_size=4, max_tuples=5, options={'tuples': 5})).results[0]
     assert len(untouched.tuples) == 5 and untouched.warnings == []
-    assert len(engine.run(model, documents(1), 4, max_tuples=0, tuples=7).results[0].tuples) == 7   # 0: no limit
+    no_limit = RunConfig(batch_size=4, max_tuples=0, options={'tuples': 7})
+    assert len(engine.run(model, documents(1), no_limit).results[0].tuples) == 7   # 0: no limit
 
 
 def test_a_batch_job_stores_results_capped_by_settings_toml(store, fake, weights, tmp_path, monkeypatch):

@@ -15,6 +15,7 @@ from plugins.rexuninlu.prompting import Prompter
 from plugins.rexuninlu.workers import serve, spool, unspool
 from tests.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
 from workstation import engine, plugins
+from workstation.run_config import RunConfig
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +30,9 @@ def rex(rex_tiny):
 def written(model, docs, batch_size: int, workers: int, **run):
     model.knobs.host_workers = workers
     lines, progress = [], []
-    report = engine.run(model, docs, batch_size, keep_results=False, on_progress=lambda n, _: progress.append(n),
-                        on_result=lambda _, r: lines.append(r.to_json_text()), **run)
+    report = engine.run(model, docs, RunConfig(batch_size=batch_size, options=run), keep_results=False,
+                        on_progress=lambda n, _: progress.append(n),
+                        on_result=lambda _, r: lines.append(r.to_json_text()))
     assert progress == list(range(1, len(docs) + 1))
     return lines, report
 
@@ -85,7 +87,7 @@ def test_a_worker_that_dies_fails_the_run_clearly_and_the_next_run_starts_afresh
             doomed.kill()
     folder = rex.workers.folder
     with pytest.raises(RuntimeError, match="host worker process stopped"):
-        engine.run(rex, docs, 4, keep_results=False, on_progress=kill)
+        engine.run(rex, docs, RunConfig(batch_size=4), keep_results=False, on_progress=kill)
     assert rex.workers.processes == [] and not doomed.is_alive()
     assert not os.path.exists(folder)                             # with the files of the groups it left
     again, _ = written(rex, docs, 4, workers=2)
@@ -179,7 +181,8 @@ def test_a_run_of_few_documents_goes_without_host_workers_and_its_report_says_so
     monkeypatch.setattr(host_workers, "default_workers", lambda: host_workers.MIN_WORKERS)
     if rex.workers is not None:
         rex.workers.close()
-    report = engine.run(rex, mixed_documents(12, seed=6), 4, optimizations=["host-workers"], keep_results=False)
+    report = engine.run(rex, mixed_documents(12, seed=6), RunConfig(batch_size=4, optimizations=["host-workers"]),
+                        keep_results=False)
     assert report.documents == 12 and (rex.workers is None or not rex.workers.pipes)      # no process was started
     assert report.optimizations["host-workers"].startswith("off for this run: 12 documents, fewer than 5,000")
     engine.apply_optimizations(rex, [])
@@ -196,7 +199,7 @@ def test_host_workers_are_started_before_the_first_batch_not_inside_the_run(rex,
         up_when_extracting.append(rex.workers is not None and bool(rex.workers.pipes))
         return extract(documents, *args, **kwargs)
     monkeypatch.setattr(rex, "extract", watched)
-    report = engine.run(rex, mixed_documents(12, seed=7), 4, keep_results=False)
+    report = engine.run(rex, mixed_documents(12, seed=7), RunConfig(batch_size=4), keep_results=False)
     assert report.documents == 12 and up_when_extracting == [True]
     assert "host-workers" not in report.optimizations
     rex.knobs.host_workers = 0

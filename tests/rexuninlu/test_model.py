@@ -12,6 +12,7 @@ from plugins.rexuninlu import loading
 from plugins.rexuninlu.family import PRESETS, RexUniNLU
 from plugins.rexuninlu.pipeline import document_groups, document_run
 from plugins.rexuninlu.scoring import isolation_mask
+from workstation.run_config import RunConfig
 
 NER = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
 
@@ -442,7 +443,7 @@ def test_an_out_of_memory_batch_is_halved_and_the_run_report_says_so(rex_model, 
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real_launch(rows)
     monkeypatch.setattr(rex_model.scorer, "launch", launch)
-    report = engine.run(rex_model, docs, 8)
+    report = engine.run(rex_model, docs, RunConfig(batch_size=8))
     assert_same_outputs([r.to_json()["output"] for r in report.results], expected, ONE_STEP)
     assert report.backoffs and {b["rows"] for b in report.backoffs} <= {1, 2, 3, 4}
     assert all(b["at_seconds"] >= 0 for b in report.backoffs)

@@ -6,6 +6,7 @@ import pytest
 from contracts.domain import Document
 from contracts.stages import Cancelled
 from workstation import engine
+from workstation.run_config import RunConfig
 
 SETTINGS = dict(num_beams=2, max_new_tokens=8, label_batch=1)
 LABELS = ["人物", "地点", "组织机构", "时间", "产品", "事件"]
@@ -31,7 +32,7 @@ class CancelAfter(threading.Event):
 
 def test_a_run_counts_its_prompts_tokens_and_steps(loaded):
     clocks = []
-    engine.run(loaded, [long_document()], batch_size=1, on_clock=clocks.append, **SETTINGS)
+    engine.run(loaded, [long_document()], RunConfig(batch_size=1, options=SETTINGS), on_clock=clocks.append)
     progress = clocks[0].progress()
     assert progress["prompts_planned"] == progress["prompts_done"] == len(LABELS)     # one prompt per label
     assert progress["tokens_generated"] > 0 and progress["steps"] >= len(LABELS)
@@ -39,11 +40,11 @@ def test_a_run_counts_its_prompts_tokens_and_steps(loaded):
 
 def test_a_cancel_stops_one_document_between_its_decoding_steps(loaded):
     clocks = []
-    engine.run(loaded, [long_document()], batch_size=1, on_clock=clocks.append, **SETTINGS)
+    engine.run(loaded, [long_document()], RunConfig(batch_size=1, options=SETTINGS), on_clock=clocks.append)
     full_steps = clocks[0].steps
     with pytest.raises(Cancelled):
-        engine.run(loaded, [long_document()], batch_size=1, on_clock=clocks.append, cancel=CancelAfter(4),
-                   **SETTINGS)
+        engine.run(loaded, [long_document()], RunConfig(batch_size=1, options=SETTINGS), on_clock=clocks.append,
+                   cancel=CancelAfter(4))
     # the engine checks once before the slice; the model's device brackets check the rest
     assert 0 < clocks[1].steps < full_steps
     assert clocks[1].progress()["prompts_done"] < len(LABELS)

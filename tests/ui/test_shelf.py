@@ -7,6 +7,7 @@ import weakref
 from contracts.domain import Document
 from tests.threads import errors_on_threads
 from tests.ui.fake_plugin import FakeFamily
+from workstation.run_config import RunConfig
 from workstation.shelf import ModelShelf
 
 
@@ -93,8 +94,9 @@ def test_a_job_keeps_its_optimizations_while_a_page_toggles_others_between_its_s
             yield model
             during_job.append(dict(model.knobs.extra))    # the knobs the job's slice ran with
         # a page run between two slices, with an optimization switched on in the UI
-        page_reports.append(engine.run(lambda: shelf.borrow(page_key), docs[:1], family=fake_plugin.family,
-                                       optimizations=["fake-fast"], only_applicable=True))
+        page_reports.append(engine.run(lambda: shelf.borrow(page_key), docs[:1],
+                                       RunConfig(optimizations=["fake-fast"], only_applicable=True),
+                                       family=fake_plugin.family))
     job = JobRunner(store, slice_size=4, borrow=borrow).run_job(job_id)
     assert job.status == "done" and during_job == [{}, {}, {}]
     assert [r.optimizations for r in page_reports] == [{"fake-fast": "fast path"}] * 3

@@ -6,6 +6,7 @@ import json
 from tests.ui.conftest import write_settings
 from tests.ui.test_review_page import button, frame
 from tests.workstation.test_rexuninlu_thresholds import NER, documents, edited_gold
+from workstation.run_config import RunConfig
 from workstation.ui import state
 
 
@@ -20,7 +21,7 @@ device = "cpu"
 batch_size = 4
 """))
     docs = documents()
-    plain = engine.run(RexUniNLU().load(rex_tiny), docs, 4).results
+    plain = engine.run(RexUniNLU().load(rex_tiny), docs, RunConfig(batch_size=4)).results
     gold, edited, expected, highest_wrong = edited_gold(docs, plain)
     at = app
     at.session_state["model"] = "rexuninlu"

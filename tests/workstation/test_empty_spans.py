@@ -7,6 +7,7 @@ from typing import Iterator, Sequence
 from contracts.domain import Document, Result, Span
 from contracts.model import Knobs, LoadedModel, ModelFamily
 from workstation import engine
+from workstation.run_config import RunConfig
 
 
 class QuirkyFamily(ModelFamily):
@@ -54,7 +55,7 @@ def test_tuples_with_an_empty_span_are_dropped_whole():
 
 def test_engine_run_and_extract_drop_tuples_with_empty_spans():
     docs = [Document("1", "张三生于北京。"), Document("2", "李四在上海。")]
-    report = engine.run(QuirkyModel(), docs, batch_size=2)
+    report = engine.run(QuirkyModel(), docs, RunConfig(batch_size=2))
     assert [r.to_json()["output"] for r in report.results] == [
         [[{"type": "人物", "span": "张三", "offset": [0, 2]}]], [[{"type": "人物", "span": "李四", "offset": [0, 2]}]]]
     for result in engine.extract(QuirkyModel(), docs, 2):
@@ -66,4 +67,4 @@ def test_engine_refuses_blank_text_before_any_model_work():
 
     from contracts.domain import InputError
     with pytest.raises(InputError, match="line 2: document 'b' has no text"):
-        engine.run(QuirkyModel(), [Document("a", "好"), Document("b", " \n\t", line=2)], batch_size=2)
+        engine.run(QuirkyModel(), [Document("a", "好"), Document("b", " \n\t", line=2)], RunConfig(batch_size=2))

@@ -12,6 +12,7 @@ from plugins.rexuninlu.family import RexUniNLU
 from storage import open_store
 from workstation import cli, engine
 from workstation.quality import thresholds
+from workstation.run_config import RunConfig
 from workstation.settings import Settings
 
 NER = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
@@ -49,7 +50,7 @@ def edited_gold(docs, results) -> tuple[list, str, float, float]:
 def tuned(rex_tiny):
     model = RexUniNLU().load(rex_tiny)
     docs = documents()
-    plain = engine.run(model, docs, 4).results
+    plain = engine.run(model, docs, RunConfig(batch_size=4)).results
     gold, edited, expected, highest_wrong = edited_gold(docs, plain)
     tunings = thresholds.tune([(d, g, r) for d, g, r in zip(docs, gold, plain)])
     return model, docs, plain, tunings, edited, expected, highest_wrong
@@ -74,7 +75,7 @@ def test_the_tuned_threshold_falls_between_the_wrong_and_the_right_spans(tuned):
 def test_applying_the_thresholds_keeps_spans_at_or_above_them_and_only_those(tuned):
     model, docs, plain, tunings, edited, expected, _ = tuned
     chosen = thresholds.chosen(tunings)
-    report = engine.run(model, docs, 4, thresholds=chosen)
+    report = engine.run(model, docs, RunConfig(batch_size=4, thresholds=chosen))
     assert report.thresholds == chosen
     for before, after in zip(plain, report.results):
         assert after.tuples == [t for t in before.tuples if all(s.confidence >= chosen[s.type] for s in t)]
@@ -110,6 +111,6 @@ def test_the_cli_applies_saved_rexuninlu_thresholds_and_records_them(tuned, rex_
 
 def test_no_threshold_at_the_decision_boundary_changes_rexuninlu_output(tuned):
     model, docs, plain, *_ = tuned
-    report = engine.run(model, docs, 4, thresholds=dict.fromkeys(NER, 0.5))
+    report = engine.run(model, docs, RunConfig(batch_size=4, thresholds=dict.fromkeys(NER, 0.5)))
     assert [r.tuples for r in report.results] == [r.tuples for r in plain]
 

@@ -14,6 +14,7 @@ from contracts.model import Knobs
 from tests.jobs.fake_model import FakeFamily, FakeModel, registered
 from tests.threads import errors_on_threads
 from workstation import engine
+from workstation.run_config import RunConfig
 
 
 class CountingFamily(FakeFamily):
@@ -57,7 +58,7 @@ def test_a_long_input_is_read_slice_by_slice_and_each_document_is_checked_once(t
         assert result.document_id == document.id
         if not read_at_first_result:
             read_at_first_result.append(len(read))
-    report = engine.run(model, stream(), 1, on_result=written, keep_results=False)
+    report = engine.run(model, stream(), RunConfig(batch_size=1), on_result=written, keep_results=False)
     assert report.documents == 1000 and report.results == []                 # nothing held
     assert read_at_first_result == [engine.slice_size(1)]                    # one slice read, not the input
     assert family.checked == [str(i) for i in range(1000)]                  # each document checked once
@@ -67,10 +68,11 @@ def test_a_bad_document_mid_stream_stops_the_run_naming_its_line_or_is_skipped_w
     model = FakeFamily().load(tmp_path, "cpu")
     written = []
     with pytest.raises(InputError, match="line 301: document '300' has no text"):
-        engine.run(model, iter(documents(600, bad=300)), 1, on_result=lambda d, r: written.append(d.id))
+        engine.run(model, iter(documents(600, bad=300)), RunConfig(batch_size=1),
+                   on_result=lambda d, r: written.append(d.id))
     assert len(written) == engine.slice_size(1)          # the slices before it ran; the caller discards them
     skipped = []
-    report = engine.run(model, iter(documents(600, bad=300)), 1,
+    report = engine.run(model, iter(documents(600, bad=300)), RunConfig(batch_size=1),
                         on_invalid=lambda doc, error: skipped.append((doc.id, error.line)))
     assert report.documents == 599 and skipped == [("300", 301)]
     assert [r.document_id for r in report.results] == [str(i) for i in range(600) if i != 300]
@@ -113,10 +115,10 @@ def test_only_the_first_run_on_a_loaded_model_is_marked_as_paying_its_warm_up(tm
 
 def test_the_dtype_rule_an_asked_dtype_wins_a_configured_one_applies_where_no_optimization_chose(tmp_path):
     model = FakeFamily().load(tmp_path, "cpu")
-    assert engine.run(model, documents(1), configured_dtype="bf16").dtype == "bf16"
+    assert engine.run(model, documents(1), RunConfig(configured_dtype="bf16")).dtype == "bf16"
     model.knobs = Knobs(dtype="fp16")                      # as if the precision optimization had chosen fp16
-    assert engine.run(model, documents(1), configured_dtype="bf16").dtype == "fp16"
-    assert engine.run(model, documents(1), dtype="fp32", configured_dtype="bf16").dtype == "fp32"
+    assert engine.run(model, documents(1), RunConfig(configured_dtype="bf16")).dtype == "fp16"
+    assert engine.run(model, documents(1), RunConfig(dtype="fp32", configured_dtype="bf16")).dtype == "fp32"
     assert engine.run(model, documents(1)).dtype == "fp32"          # nothing asked: the knobs as they are
 
 
@@ -127,7 +129,7 @@ def test_two_threads_never_run_one_model_at_once(tmp_path):
 
     def work():
         for _ in range(3):
-            assert engine.run(model, docs, 4, keep_results=False).documents == 300
+            assert engine.run(model, docs, RunConfig(batch_size=4), keep_results=False).documents == 300
     assert errors_on_threads(work, 4) == [] and model.overlaps == 0
 
 

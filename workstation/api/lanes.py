@@ -21,22 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from contracts.domain import Document
+from workstation.run_config import RunConfig  # what must be equal for two requests to share a pass
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """What must be equal for two requests to share a pass."""
-
-    model: str
-    weights: str
-    device: str
-    dtype: str | None                       # asked for; None: settings.toml's, unless an optimization chose one
-    optimizations: tuple[str, ...]
-    options: tuple[tuple[str, Any], ...]    # sorted (name, value) pairs
-    batch_size: int
-    defaults: bool = False                  # the optimizations are settings.toml's: on where they apply
 
 
 @dataclass

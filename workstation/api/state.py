@@ -21,10 +21,11 @@ from storage.repository import Store, open_store
 from storage.views import JobStatus
 from workstation import engine, plugins
 from workstation.api import label_studio
-from workstation.api.lanes import LaneRequest, Lanes, RunConfig
+from workstation.api.lanes import LaneRequest, Lanes
 from workstation.api.recorder import Recorder
-from workstation.jobs import JobRunner
+from workstation.jobs import JobRunner, job_config
 from workstation.monitor import GpuRecorder, NvmlMonitor
+from workstation.run_config import Overrides, RunConfig, resolve
 from workstation.settings import Settings
 from workstation.shelf import ModelShelf
 
@@ -101,23 +102,14 @@ class ApiState:
 
     def config(self, model: str, device: str | None, dtype: str | None, optimizations: Sequence[str] | None,
                options: dict[str, Any] | None, batch_size: int | None) -> RunConfig:
-        """A request's settings, completed from settings.toml and checked (InputError names the field)."""
+        """A request's run configuration: what it asked for over settings.toml's (run_config.resolve), checked
+        (InputError names the field). Without named optimizations, settings.toml's run where they apply."""
         fam = self.family(model)
-        ms = self.settings.model(model)
-        names = list(self.settings.optimizations if optimizations is None else optimizations)
-        registry = plugins.optimizations()
-        unknown = [n for n in names if n not in registry]
-        if unknown:
-            raise InputError(f"unknown optimization(s) {', '.join(unknown)}; available: {', '.join(registry)}")
         options = dict(options or {})
         check_options(fam, options)
-        if dtype is not None and dtype not in ("fp32", "fp16", "bf16"):
-            raise InputError(f"dtype {dtype!r} is not one of fp32, fp16, bf16")
-        weights, _ = self.settings.weights_for(model, fam.needs_weights)
-        device = self.device(model, device)
-        batch = engine.batch_size_for(fam, batch_size or ms.batch_size, device, dtype or ms.dtype)
-        return RunConfig(model, str(weights), device, dtype, tuple(dict.fromkeys(names)),
-                         tuple(sorted(options.items())), batch, defaults=optimizations is None)
+        return resolve(self.settings, fam, Overrides(device=self.device(model, device), dtype=dtype,
+                                                     batch_size=batch_size, optimizations=optimizations,
+                                                     options=options))
 
     def documents(self, model: str, items: Sequence[dict[str, Any]], check: bool = False) -> list[Document]:
         """Request documents -> Documents; `line` is each one's 1-based position. An extraction's documents
@@ -143,29 +135,24 @@ class ApiState:
     def _execute(self, config: RunConfig, requests: Sequence[LaneRequest]) -> list[Extraction]:
         documents = [d for r in requests for d in r.documents]
         key = self.shelf_key(config)
-        # As `launcher.py extract`: an asked dtype wins; settings.toml's applies where no optimization chose one.
-        report = engine.run(lambda: self.shelf.borrow(key), documents, config.batch_size,
-                            family=self.family(config.model), optimizations=config.optimizations,
-                            only_applicable=config.defaults, dtype=config.dtype,
-                            configured_dtype=self.settings.model(config.model).dtype, **dict(config.options))
+        report = engine.run(lambda: self.shelf.borrow(key), documents, config, family=self.family(config.model))
         return self._split(config, requests, report)
 
     @staticmethod
     def optimizations_for(model, config: RunConfig) -> list[str]:
         """Those asked for by name (each must apply), or settings.toml's defaults where they apply to this model."""
-        return engine.applicable(model, config.optimizations) if config.defaults else list(config.optimizations)
+        names = config.optimizations or ()
+        return engine.applicable(model, names) if config.only_applicable else list(names)
 
     def shelf_key(self, config: RunConfig):
         # Weights load in fp32 and every (dtype, optimizations) set gets its own load, so a pass never runs
         # on weights cast down and back up by an earlier request: outputs match a fresh CLI run.
-        wanted = frozenset(config.optimizations) | {f"dtype={config.dtype or self.settings.model(config.model).dtype}"}
+        wanted = frozenset(config.optimizations or ()) | {f"dtype={config.load_dtype}"}
         return ModelShelf.key(config.model, config.weights, config.device, "fp32", wanted)
 
     def borrow_for_job(self, job: JobStatus, device: str):
         """A job's slice runs on the model of this shelf that an extraction with the job's settings uses."""
-        config = RunConfig(job.model, job.weights, device, job.dtype, tuple(job.optimizations),
-                           tuple(sorted(job.options.items())), job.batch_size)
-        return self.shelf.borrow(self.shelf_key(config))
+        return self.shelf.borrow(self.shelf_key(job_config(job, self.settings).replace(device=device)))
 
     def _split(self, config: RunConfig, requests: Sequence[LaneRequest], report: RunReport) -> list[Extraction]:
         out, start = [], 0
@@ -190,18 +177,14 @@ class ApiState:
     # ---- jobs ----------------------------------------------------------------------------------------
 
     def create_job(self, config: RunConfig, documents: list[Document], source_name: str) -> int:
-        ms = self.settings.model(config.model)
-        names = list(config.optimizations)
-        if config.defaults and names:            # a job runs what it lists: only the defaults that apply
+        names = list(config.optimizations or ())
+        if config.only_applicable and names:     # a job runs what it lists: only the defaults that apply
             with self.shelf.borrow(self.shelf_key(config)) as model:
                 names = self.optimizations_for(model, config)
         job_id = self.store.create_job(
-            documents, config.model, config.weights, config.batch_size, names,
-            dict(config.options), source_name, device=config.device, dtype=config.dtype or ms.dtype,
-            settings_snapshot={"surface": "api", "model": config.model, "weights": config.weights,
-                               "device": config.device, "dtype": config.dtype or ms.dtype,
-                               "optimizations": names, "batch_size": config.batch_size,
-                               "options": dict(config.options)})
+            documents, config.model, str(config.weights), config.batch_size, names,
+            config.option_values, source_name, device=config.device, dtype=config.load_dtype,
+            settings_snapshot={"surface": "api", **config.replace(optimizations=names).snapshot()})
         self.jobs.submit(job_id)
         return job_id
 

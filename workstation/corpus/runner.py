@@ -30,6 +30,7 @@ from workstation.corpus.layout import EMPTY, FORMATS, OutputDir, Shard, finalise
 from workstation.corpus.progress import TALLY_PREFIX, Progress, Reporter, Tally, Watcher
 from workstation.corpus.work import ExtractionWorker, parse_shards
 from workstation.inputs import defaults_for
+from workstation.run_config import MAX_TUPLES, RunConfig
 from workstation.settings import ROOT
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,16 @@ class CorpusJob:
     store: Path | None = None                # the history database; None: do not record
     rows_per_call: int | None = None         # documents per worker call (default: 4 x batch size, at least 32)
     progress: bool = True
+    only_applicable: bool = False            # the optimizations are settings.toml's: on where they apply
+    max_tuples: int = MAX_TUPLES             # tuples kept per document (0: no limit)
+
+    @classmethod
+    def of(cls, config: RunConfig, input: str, output: Path, **rest) -> CorpusJob:
+        """The job of a resolved run configuration (workstation/run_config.py); each worker runs it on its device."""
+        return cls(config.model, config.weights, input, output, batch_size=config.batch_size,
+                   optimizations=list(config.optimizations or ()), dtype=config.dtype,
+                   configured_dtype=config.configured_dtype or "fp32", options=config.option_values,
+                   only_applicable=config.only_applicable, max_tuples=config.max_tuples, **rest)
 
 
 def run(job: CorpusJob) -> dict:
@@ -277,7 +288,8 @@ def execute(job: CorpusJob, out: OutputDir, manifest: dict, pending: list[Shard]
     try:
         spec = {"model": job.model, "weights": str(Path(job.weights).resolve()), "device": "cuda" if gpus else "cpu",
                 "optimizations": list(job.optimizations), "dtype": job.dtype, "configured_dtype": job.configured_dtype,
-                "batch_size": job.batch_size, "options": dict(job.options)}
+                "batch_size": job.batch_size, "options": dict(job.options),
+                "only_applicable": job.only_applicable, "max_tuples": job.max_tuples}
         reporter = Reporter(tally)
         # Half a CPU, as parsing and writing take: Ray Data's default of a whole one did not fit what the workers
         # leave on a one-CPU machine (READING_CPUS).

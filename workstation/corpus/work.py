@@ -77,8 +77,9 @@ class ExtractionWorker:
         from workstation import engine  # imported here: the parsing tasks need no torch
         self.engine = engine
         self.job, self.report = job, report
+        self.config = worker_config(job)
         # Loaded in fp32: engine.run sets the job's optimizations and dtype (a change only at the first batch).
-        self.model = engine.load_model(job["model"], Path(job["weights"]), job["device"], "fp32")
+        self.model = engine.load_model(job["model"], self.config.weights, self.config.device, "fp32")
         self.name = f"{socket.gethostname()}:{os.getpid()}"
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -116,12 +117,19 @@ class ExtractionWorker:
     def _run(self, documents: list[Document]) -> list[tuple[Any, str | None]]:
         """One engine.run: a document that fails its checks is its own error, the others run."""
         outcome: dict[int, tuple[Any, str | None]] = {}
-        self.engine.run(self.model, documents, self.job["batch_size"], optimizations=self.job["optimizations"],
-                        dtype=self.job["dtype"], configured_dtype=self.job["configured_dtype"], keep_results=False,
+        self.engine.run(self.model, documents, self.config, keep_results=False,
                         on_invalid=lambda doc, e: outcome.__setitem__(id(doc), (None, str(e))),
-                        on_result=lambda doc, result: outcome.__setitem__(id(doc), (result, None)),
-                        **self.job["options"])
+                        on_result=lambda doc, result: outcome.__setitem__(id(doc), (result, None)))
         return [outcome[id(doc)] for doc in documents]
+
+
+def worker_config(job: dict):
+    """The run configuration the driver resolved (CorpusJob.of), on this worker's device. Built from plain
+    values: the job crosses to the workers as a dict."""
+    from workstation.run_config import MAX_TUPLES, RunConfig
+    return RunConfig(job["model"], Path(job["weights"]), job["device"], job["dtype"], job["optimizations"],
+                     job["options"], job["batch_size"], job.get("only_applicable", False), job["configured_dtype"],
+                     max_tuples=job.get("max_tuples", MAX_TUPLES))
 
 
 def _json(value: str | None) -> Any:

@@ -63,7 +63,7 @@ def weights_choice(name: str) -> None:
     titles = {str(c.path): c.title for c in choices}
     key = state.weights_key(name)
     if st.session_state.get(key) not in titles:
-        st.session_state[key] = str(state.settings().weights_for(name)[0])
+        st.session_state[key] = str(state.settings().weights_for(name, state.families()[name].needs_weights)[0])
         if st.session_state[key] not in titles:
             st.session_state[key] = str(choices[0].path)
     st.sidebar.selectbox("Weights", list(titles), key=key, format_func=lambda p: titles[p],

@@ -10,6 +10,7 @@ from contracts.domain import Document, InputError
 from contracts.model import ModelFamily, TaskPreset
 from contracts.names import Reads
 from workstation import engine
+from workstation.run_config import Overrides, RunConfig, resolve
 from workstation.shelf import ModelShelf, reload_optimizations
 from workstation.ui import state
 
@@ -69,31 +70,33 @@ def document_for(family: ModelFamily, preset: TaskPreset | None, schema: Any, te
     return Document(doc_id, text, schema=schema)
 
 
-def target(request: RunRequest) -> tuple[tuple, str, str, int]:
-    """(shelf key, weights, dtype, batch size) for a request: settings.toml and the sidebar's weights."""
-    s = state.settings()
+def config_for(request: RunRequest) -> RunConfig:
+    """The request's run configuration: the page's choices over settings.toml's (run_config.resolve). The
+    sidebar's optimizations are toggles: those that do not apply to the model are skipped."""
     weights, _ = state.weights_for(request.model)       # settings.toml's, or a fine-tune chosen in the sidebar
-    ms = s.model(request.model)
-    key = ModelShelf.key(request.model, weights, request.device, ms.dtype, reload_optimizations(request.optimizations))
-    batch = engine.batch_size_for(engine.family(request.model), request.batch_size or ms.batch_size, request.device,
-                                  ms.dtype)
-    return key, str(weights), ms.dtype, batch
+    return resolve(state.settings(), engine.family(request.model), Overrides(
+        weights=weights, device=request.device, batch_size=request.batch_size, optimizations=request.optimizations,
+        only_applicable=True, options=dict(request.options), thresholds=dict(request.thresholds)))
+
+
+def target(request: RunRequest) -> tuple[tuple, RunConfig]:
+    """(shelf key, run configuration) for a request."""
+    config = config_for(request)
+    key = ModelShelf.key(config.model, config.weights, config.device, config.load_dtype,
+                         reload_optimizations(config.optimizations))
+    return key, config
 
 
 def run_only(request: RunRequest, documents: Sequence[Document]) -> tuple[engine.RunReport, str, str]:
     """Run on the shelf's model, without recording: (report, weights, dtype). engine.run checks the documents
     before it borrows the model (a bad schema costs no load and no GPU time), then holds the model's lock
     for the run; the chosen optimizations that do not apply to the model are skipped."""
-    key, weights, dtype, batch_size = target(request)
-    return _run(state.model_shelf(), request, documents, key, dtype, batch_size), weights, dtype
+    key, config = target(request)
+    return _run(state.model_shelf(), key, config, documents), str(config.weights), config.load_dtype
 
 
-def _run(shelf: ModelShelf, request: RunRequest, documents: Sequence[Document], key: tuple, dtype: str,
-         batch_size: int, **watch) -> engine.RunReport:
-    return engine.run(lambda: shelf.borrow(key), documents, batch_size,
-                      family=engine.family(request.model), optimizations=request.optimizations,
-                      only_applicable=True, configured_dtype=dtype, thresholds=dict(request.thresholds) or None,
-                      **watch, **dict(request.options))
+def _run(shelf: ModelShelf, key: tuple, config: RunConfig, documents: Sequence[Document], **watch) -> engine.RunReport:
+    return engine.run(lambda: shelf.borrow(key), documents, config, family=engine.family(config.model), **watch)
 
 
 def run_and_record(request: RunRequest, documents: Sequence[Document], source: str = "ui") -> int:
@@ -106,13 +109,13 @@ def recorded_run(request: RunRequest, documents: Sequence[Document], source: str
     """What the page's session decides (weights, device, the store) resolved now; the run itself left to a
     call `work(cancel, on_clock) -> run id`, which may happen on another thread (the Extract page's
     background run: a thread has no session to read)."""
-    key, weights, dtype, batch_size = target(request)
+    key, config = target(request)
     shelf, store = state.model_shelf(), state.store()
 
     def work(cancel: threading.Event | None, on_clock: Callable | None) -> int:
-        report = _run(shelf, request, documents, key, dtype, batch_size, cancel=cancel, on_clock=on_clock)
+        report = _run(shelf, key, config, documents, cancel=cancel, on_clock=on_clock)
         return store.record_run(report, list(documents), source, task=request.task,
-                                settings_snapshot=request.snapshot(weights, dtype))
+                                settings_snapshot=request.snapshot(str(config.weights), config.load_dtype))
     return work
 
 
@@ -134,12 +137,13 @@ def start_job(request: RunRequest, documents: Sequence[Document], source_name: s
               inputs: dict[str, Any] | None = None) -> int:
     """Queue documents as a background job (recorded as a 'batch' run when done) and start it. `inputs`: how
     the input file was read (its name, the text column), kept in the job's settings."""
-    key, weights, dtype, batch_size = target(request)
+    key, config = target(request)
     with state.model_shelf().borrow(key) as model:      # loaded now: the job's slices borrow this one
-        names = engine.applicable(model, request.optimizations)   # the job would fail on one that does not apply
+        names = engine.applicable(model, config.optimizations)    # the job would fail on one that does not apply
+    weights, dtype = str(config.weights), config.load_dtype
     snapshot = request.snapshot(weights, dtype) | ({"input": dict(inputs)} if inputs else {})
     job_id = state.store().create_job(
-        list(documents), request.model, weights, batch_size, names, dict(request.options), source_name,
+        list(documents), request.model, weights, config.batch_size, names, config.option_values, source_name,
         device=request.device, dtype=dtype, task=request.task, settings_snapshot=snapshot)
     state.job_runner().submit(job_id)
     return job_id
