@@ -10,8 +10,8 @@ from contracts.domain import InputError
 from contracts.hookspecs import hookimpl
 from contracts.optimization import Optimization
 from workstation import cli, plugins
-from workstation.finetune import runs
 from workstation.finetune import trainer as finetune
+from workstation.finetune.request import FinetuneRequest
 
 GOLD = {"id": "1", "text": "张三在北京工作", "schema": {"人物": None},
         "output": [[{"type": "人物", "span": "张三", "offset": [0, 2]}]]}
@@ -93,7 +93,7 @@ def test_a_third_party_optimization_without_training_is_refused_naming_those_tha
 def test_the_ui_request_takes_what_the_registry_says_acts_in_training(third_party, tmp_path):
     weights = tmp_path / "w"
     weights.mkdir()
-    request = runs.FinetuneRequest("rexuninlu", weights, 1, tmp_path / "out", optimizations=("third-party-trains",))
+    request = FinetuneRequest("rexuninlu", weights, 1, tmp_path / "out", optimizations=("third-party-trains",))
     request.check()
     request.optimizations = ("third-party-infers",)
     with pytest.raises(InputError, match="third-party-infers do not apply to fine-tuning"):

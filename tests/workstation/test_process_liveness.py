@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 
 import psutil
 
-from workstation.finetune.runs import pid_alive
+from workstation.finetune.processes import pid_alive
 from workstation.jobs import owner_is_dead
 
 SLEEP = [sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"]

@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 from contracts.domain import Document, InputError
-from workstation.finetune import runs as tr
+from workstation.finetune import runs
+from workstation.finetune.outputs import default_output, slug, weight_choices
+from workstation.finetune.progress import EventReader, TrainingProgress, compare_rows
+from workstation.finetune.request import FinetuneRequest
 from workstation.settings import Settings
 
 FAKE = Path(__file__).with_name("fake_trainer.py")
@@ -27,19 +30,19 @@ def dataset(store):
     return dataset_id
 
 
-def launcher(store, tmp_path, **env) -> tr.TrainingLauncher:
-    return tr.TrainingLauncher(store, tmp_path / "training-runs", [sys.executable, str(FAKE)],
+def launcher(store, tmp_path, **env) -> runs.TrainingLauncher:
+    return runs.TrainingLauncher(store, tmp_path / "training-runs", [sys.executable, str(FAKE)],
                                env={**os.environ, **env})
 
 
-def request(tmp_path, dataset, **kw) -> tr.FinetuneRequest:
+def request(tmp_path, dataset, **kw) -> FinetuneRequest:
     weights = tmp_path / "base"
     weights.mkdir(exist_ok=True)
-    return tr.FinetuneRequest(**{"model": "rexuninlu", "weights": weights, "train_dataset": dataset,
+    return FinetuneRequest(**{"model": "rexuninlu", "weights": weights, "train_dataset": dataset,
                                  "output": tmp_path / "out", "epochs": 2, "batch_size": 1, "device": "cpu", **kw})
 
 
-def wait(launch: tr.TrainingLauncher, run_id: int, until, timeout: float = 30):
+def wait(launch: runs.TrainingLauncher, run_id: int, until, timeout: float = 30):
     deadline = time.time() + timeout
     while time.time() < deadline:
         run, progress = launch.poll(run_id)
@@ -68,7 +71,7 @@ def test_a_run_is_launched_followed_and_recorded_with_its_evaluation(store, data
     assert [e["epoch"] for e in run.evaluation_epochs] == [1, 2]
     assert run.datasets["train"] == {"id": dataset, "name": "people", "examples": 3}
     assert run.datasets["eval"]["examples"] == 1 and run.finished_at is not None
-    rows = tr.compare_rows(run.evaluation_before, run.evaluation_after)
+    rows = compare_rows(run.evaluation_before, run.evaluation_after)
     assert rows[0]["type"] == "(overall)" and rows[0]["ΔF1"] == pytest.approx(0.6)
     assert "fake trainer: 3 examples" in (folder / "trainer.log").read_text()
 
@@ -129,10 +132,10 @@ def test_a_dead_pid_found_by_another_process_is_failed(store, dataset, tmp_path)
 
 def test_events_are_read_incrementally_and_a_half_written_line_waits(tmp_path):
     path = tmp_path / "events.jsonl"
-    reader = tr.EventReader(path)
+    reader = EventReader(path)
     assert reader.read() == []                          # no file yet
     path.write_text('{"event": "start", "total_steps": 4}\n{"event": "step", "step": 1, "lo')
-    progress = tr.TrainingProgress()
+    progress = TrainingProgress()
     first = reader.read()
     assert [e["event"] for e in first] == ["start"]
     with open(path, "a") as f:
@@ -177,12 +180,12 @@ def test_weight_choices_list_settings_demo_and_completed_finetunes(store, tmp_pa
                                      datasets={"train": {"name": "people"}})
     store.create_training_run("rexuninlu", "/w", str(tmp_path / "gone"), [], status="completed")
     store.create_training_run("rexuninlu", "/w", str(tmp_path / "tuned"), [], status="cancelled")
-    choices = tr.weight_choices(settings, store, "rexuninlu")
+    choices = weight_choices(settings, store, "rexuninlu")
     assert [(c.kind, c.path) for c in choices] == [("demo", tmp_path / "demo" / "rexuninlu-tiny"),
                                                    ("finetuned", tmp_path / "tuned")]
     assert choices[1].training_run == done and "on people" in choices[1].title
-    assert tr.default_output(settings, "rexuninlu", "新闻/people v2").parent == tmp_path / "finetuned"
-    assert tr.slug("新闻/people v2") == "新闻-people-v2"
+    assert default_output(settings, "rexuninlu", "新闻/people v2").parent == tmp_path / "finetuned"
+    assert slug("新闻/people v2") == "新闻-people-v2"
 
 
 def test_the_cli_args_match_the_trainers_parser(tmp_path):
@@ -204,7 +207,7 @@ def test_the_final_state_is_recorded_with_no_one_polling_even_through_a_busy_sto
     import threading
 
     from storage.repository import Store
-    monkeypatch.setattr(tr, "FOLLOW_S", 0.05)
+    monkeypatch.setattr(runs, "FOLLOW_S", 0.05)
     quick = Store(store.path, busy_timeout_ms=20, retry_delays=())          # gives up on a lock at once
     launch = launcher(quick, tmp_path, FAKE_TRAINER_STEP_S="0.05")
     run_id = launch.start(request(tmp_path, dataset))

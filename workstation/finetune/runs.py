@@ -1,28 +1,22 @@
-"""Fine-tuning runs started from the UI: the trainer subprocess, its events file, its row in the store.
+"""Fine-tuning runs started from the UI, supervised: the trainer subprocess started, followed, cancelled and
+resumed, and its row in the store kept up to date.
 
 The trainer is `launcher.py finetune ... --events EVENTS.jsonl` in a process of its own (its own session,
-so neither a UI restart nor a Ctrl-C in the UI's terminal stops it). It appends one JSON object per line:
+so neither a UI restart nor a Ctrl-C in the UI's terminal stops it); it appends one JSON object per line
+(the contract: workstation/finetune/events.py).
 
-    {"event": "start", "time", "model", "device", "total_steps", "epochs", "examples", "documents"}
-    {"event": "step", "step", "epoch", "loss", "lr", "seconds", "gpu_allocated_MiB", "gpu_peak_MiB"}
-    {"event": "eval", "phase": "before" | "epoch" | "after", "epoch", "step", "overall", "per_type"}
-    {"event": "checkpoint", "step", "path"}
-    {"event": "done", "status": "completed" | "cancelled" | "failed", "output", "error", "evaluation"}
-
-`TrainingLauncher` writes the datasets as gold JSONL, starts the process, reads the file incrementally
-(a line still being written waits for the next poll), folds the events into `TrainingProgress`, and
-mirrors status, progress, loss and evaluations into the `training_runs` table. Cancel sends SIGTERM (the
-trainer finishes its step, saves a resumable checkpoint and exits "cancelled", code 130); resume starts
-the same arguments again with --resume. A process that exits without a "done" event is marked failed
-with the end of its log.
+`TrainingLauncher` checks the request (request.py), writes the datasets as gold JSONL, starts the process,
+reads the file incrementally and folds the events into a `TrainingProgress` (progress.py), and mirrors
+status, progress, loss and evaluations into the `training_runs` table. Cancel sends SIGTERM (the trainer
+finishes its step, saves a resumable checkpoint and exits "cancelled", code 130); resume starts the same
+arguments again with --resume. A process that exits without a "done" event (processes.py tells a live
+trainer from a reused pid) is marked failed with the end of its log.
 """
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -30,21 +24,18 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from contracts.domain import InputError
 from storage.datasets import export_dataset
 from storage.views import NotFound, TrainingRun
-from workstation import plugins
-from workstation.settings import ROOT, Settings
+from workstation.finetune.processes import log_tail, pid_alive
+from workstation.finetune.progress import EventReader, TrainingProgress, evaluation_summary
+from workstation.finetune.request import FinetuneRequest
+from workstation.settings import ROOT
 
-TRAINING_DTYPES = ("fp32", "bf16")
-LOG_TAIL_LINES = 15
 FOLLOW_S = 2.0                                  # how often a started run is polled in the background
 log = logging.getLogger(__name__)
 
@@ -52,275 +43,6 @@ log = logging.getLogger(__name__)
 def default_command() -> list[str]:
     """The trainer: this Python (the repo's venv) running the repo's launcher."""
     return [sys.executable, str(ROOT / "launcher.py"), "finetune"]
-
-
-def data_dir(settings: Settings) -> Path:
-    """Where the workstation keeps its files: the folder of the history database."""
-    return settings.path(settings.database).parent
-
-
-def slug(text: str) -> str:
-    """A folder-name-safe version of a dataset name (letters of any script stay)."""
-    return re.sub(r"[^\w.-]+", "-", text.strip(), flags=re.UNICODE).strip("-.")[:60] or "dataset"
-
-
-def default_output(settings: Settings, model: str, dataset_name: str, now: datetime | None = None) -> Path:
-    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    return data_dir(settings) / "finetuned" / f"{model}-{slug(dataset_name)}-{stamp}"
-
-
-# ---- the weights a model can run on or start training from ----------------------------------------------------
-
-@dataclass(frozen=True)
-class WeightChoice:
-    path: Path
-    title: str
-    kind: str                                # "configured" | "demo" | "finetuned"
-    training_run: int | None = None
-
-
-def weight_choices(settings: Settings, store, model: str) -> list[WeightChoice]:
-    """settings.toml's weights (or the demo ones when none are configured), the demo weights if present,
-    then every completed fine-tune of this model whose output is still on disk, newest first."""
-    choices: list[WeightChoice] = []
-    configured = settings.model(model).weights
-    if configured:
-        choices.append(WeightChoice(settings.path(configured), "configured in settings.toml", "configured"))
-    demo = settings.path(settings.demo_weights_dir) / f"{model}-{settings.demo_size()}"
-    if not configured or demo.is_dir():
-        choices.append(WeightChoice(demo, "demo weights (random)", "demo"))
-    if store is not None:
-        for run in store.list_training_runs(model=model, status="completed"):
-            if Path(run.output_dir).is_dir():
-                when = run.finished_at or run.created_at
-                choices.append(WeightChoice(Path(run.output_dir),
-                                            f"fine-tune #{run.id} on {run.train_name} ({when.astimezone():%Y-%m-%d %H:%M})",
-                                            "finetuned", run.id))
-    return choices
-
-
-# ---- the request -----------------------------------------------------------------------------------------------
-
-@dataclass
-class FinetuneRequest:
-    model: str
-    weights: Path
-    train_dataset: int
-    output: Path
-    eval_dataset: int | None = None
-    dev_ratio: float = 0.0              # > 0: hold out this share of the training dataset for evaluation
-    split_seed: int = 0
-    epochs: int = 3
-    batch_size: int = 8
-    lr: float = 2e-5
-    dtype: str = "fp32"
-    device: str = "auto"
-    optimizations: tuple[str, ...] = ()
-    seed: int = 0
-
-    def check(self) -> None:
-        for name, value in (("epochs", self.epochs), ("batch size", self.batch_size)):
-            if int(value) < 1:
-                raise InputError(f"{name} must be at least 1, got {value}")
-        if not 0 < self.lr <= 1:                    # as `launcher.py finetune --lr` takes it
-            raise InputError(f"the learning rate must be a positive number up to 1, got {self.lr}")
-        if self.dtype not in TRAINING_DTYPES:
-            raise InputError(f"training precision is one of {', '.join(TRAINING_DTYPES)}, not {self.dtype!r}")
-        if self.dtype == "bf16" and self.device == "cpu":
-            raise InputError("bf16 training needs a CUDA device; on the CPU train in fp32")
-        usable = plugins.training_optimizations()        # as the trainer takes them: those declaring `training`
-        refused = [o for o in self.optimizations if o not in usable]
-        if refused:
-            raise InputError(f"{', '.join(refused)} do not apply to fine-tuning; use {', '.join(usable) or 'none'}")
-        if self.eval_dataset is not None and self.dev_ratio:
-            raise InputError("evaluate on another dataset or on a held-out share of the training data, not both")
-        if not Path(self.weights).is_dir():
-            raise InputError(f"base weights {self.weights} are not a directory")
-        output = Path(self.output)
-        if output.resolve() == Path(self.weights).resolve():
-            raise InputError("the output directory must differ from the base weights; those are kept as they are")
-        if output.exists() and any(output.iterdir()):
-            raise InputError(f"{output} is not empty: choose a new output directory (or resume the run that wrote it)")
-
-    def argv(self, train: Path, evaluation: Path | None, events: Path) -> list[str]:
-        """The `launcher.py finetune` arguments (workstation/finetune/trainer.py's parser)."""
-        args = ["--model", self.model, "--weights", str(self.weights), "--train", str(train),
-                "--output", str(self.output), "--epochs", str(int(self.epochs)),
-                "--batch-size", str(int(self.batch_size)), "--lr", repr(float(self.lr)), "--dtype", self.dtype,
-                "--device", self.device, "--seed", str(int(self.seed)), "--events", str(events)]
-        if evaluation is not None:
-            args += ["--eval", str(evaluation)]
-        if self.optimizations:
-            args += ["--optimizations", *self.optimizations]
-        return args
-
-
-# ---- reading the events ------------------------------------------------------------------------------------------
-
-class EventReader:
-    """Reads the lines appended to an events file since the last call. A last line without its newline is
-    still being written: it waits for the next call. A line that is not JSON is counted and skipped."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self.offset = 0
-        self.malformed = 0
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        complete = chunk[:chunk.rfind(b"\n") + 1]
-        self.offset += len(complete)
-        events = []
-        for raw in complete.splitlines():
-            if not raw.strip():
-                continue
-            try:
-                event = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                self.malformed += 1
-                continue
-            if isinstance(event, dict) and "event" in event:
-                events.append(event)
-            else:
-                self.malformed += 1
-        return events
-
-
-@dataclass
-class TrainingProgress:
-    """Everything the events have said so far, across sessions (a resumed run appends a new "start")."""
-
-    start: dict[str, Any] | None = None
-    steps: dict[int, dict[str, Any]] = field(default_factory=dict)     # step -> its event (a redone step replaces)
-    evals: list[dict[str, Any]] = field(default_factory=list)
-    checkpoints: list[dict[str, Any]] = field(default_factory=list)
-    done: dict[str, Any] | None = None
-    sessions: int = 0
-    session_first_step: int | None = None          # the step count when this session's first step began
-
-    def feed(self, event: dict[str, Any]) -> None:
-        kind = event.get("event")
-        if kind == "start":
-            self.start, self.done = event, None
-            self.sessions += 1
-            self.session_first_step = None
-        elif kind == "resume":                      # written by the launcher when it starts the run again
-            self.done = None
-        elif kind == "step" and isinstance(event.get("step"), int):
-            if self.session_first_step is None:
-                self.session_first_step = event["step"] - 1
-            self.steps[event["step"]] = event
-        elif kind == "eval":
-            phase, epoch = event.get("phase"), event.get("epoch")
-            self.evals = [e for e in self.evals if (e.get("phase"), e.get("epoch")) != (phase, epoch)] + [event]
-        elif kind == "checkpoint":
-            self.checkpoints.append(event)
-        elif kind == "done":
-            self.done = event
-
-    @property
-    def total_steps(self) -> int | None:
-        return (self.start or {}).get("total_steps")
-
-    @property
-    def step(self) -> int:
-        return max(self.steps, default=0)
-
-    @property
-    def fraction(self) -> float:
-        total = self.total_steps
-        return min(self.step / total, 1.0) if total else 0.0
-
-    @property
-    def last(self) -> dict[str, Any] | None:
-        return self.steps[self.step] if self.steps else None
-
-    def elapsed(self) -> float | None:
-        """Seconds of this session (the trainer's own clock, from the last step event)."""
-        last = self.last
-        return float(last["seconds"]) if last and isinstance(last.get("seconds"), (int, float)) else None
-
-    def eta(self) -> float | None:
-        """Seconds left at this session's pace so far."""
-        elapsed, total, last = self.elapsed(), self.total_steps, self.last
-        if not elapsed or not total or last is None or self.session_first_step is None:
-            return None
-        done = last["step"] - self.session_first_step
-        return (total - last["step"]) * elapsed / done if done > 0 else None
-
-    def eval(self, phase: str) -> dict[str, Any] | None:
-        found = [e for e in self.evals if e.get("phase") == phase]
-        return found[-1] if found else None
-
-    def epoch_evals(self) -> list[dict[str, Any]]:
-        return sorted((e for e in self.evals if e.get("phase") == "epoch"), key=lambda e: e.get("epoch") or 0)
-
-    def loss(self) -> list[list[float]]:
-        return [[s, round(float(e["loss"]), 6)] for s, e in sorted(self.steps.items())
-                if isinstance(e.get("loss"), (int, float)) and math.isfinite(e["loss"])]
-
-    def memory(self) -> list[dict[str, Any]]:
-        return [{"step": s, "allocated (MiB)": e.get("gpu_allocated_MiB"), "peak (MiB)": e.get("gpu_peak_MiB")}
-                for s, e in sorted(self.steps.items()) if e.get("gpu_allocated_MiB") is not None
-                or e.get("gpu_peak_MiB") is not None]
-
-
-def evaluation_summary(event: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the store keeps of an eval event: overall and per type (plus epoch and step)."""
-    if not event:
-        return None
-    return {k: event.get(k) for k in ("overall", "per_type", "epoch", "step") if event.get(k) is not None}
-
-
-def compare_rows(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """One row per type path (overall first): P/R/F1 before and after and the change in F1."""
-    before, after = before or {}, after or {}
-    types = ["(overall)"] + sorted(set(before.get("per_type") or {}) | set(after.get("per_type") or {}))
-    rows = []
-    for t in types:
-        b = before.get("overall") if t == "(overall)" else (before.get("per_type") or {}).get(t)
-        a = after.get("overall") if t == "(overall)" else (after.get("per_type") or {}).get(t)
-        row: dict[str, Any] = {"type": t}
-        for side, m in (("before", b), ("after", a)):
-            for k, short in (("precision", "P"), ("recall", "R"), ("f1", "F1")):
-                row[f"{short} {side}"] = (m or {}).get(k)
-        row["gold"] = (a or b or {}).get("gold")
-        row["ΔF1"] = (a["f1"] - b["f1"]) if a and b and a.get("f1") is not None and b.get("f1") is not None else None
-        rows.append(row)
-    return rows
-
-
-# ---- processes --------------------------------------------------------------------------------------------------
-
-def pid_alive(pid: int, marker: str | None = None) -> bool:
-    """Is `pid` running (not a zombie), and — where its command line can be read — is it the process whose
-    arguments hold `marker` (a run's own events file), not another program that got the pid after it?"""
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False                            # exited, waiting for its parent to collect it
-        if marker and marker not in "\0".join(process.cmdline()):
-            return False                            # the pid was reused by another program
-    except psutil.NoSuchProcess:                    # gone (a zombie whose details cannot be read included)
-        return False
-    except psutil.AccessDenied:
-        return True                                 # alive, run by another user; its arguments are private
-    return True
-
-
-def log_tail(path: str | Path | None, lines: int = LOG_TAIL_LINES) -> str:
-    if not path:
-        return ""
-    try:
-        text = Path(path).read_text("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def _now() -> datetime:

@@ -119,8 +119,8 @@ def current_family() -> ModelFamily | None:
 
 
 def weight_choices(name: str) -> list:
-    """settings.toml's (or the demo) weights, then completed fine-tunes of the model (workstation.finetune.runs)."""
-    from workstation.finetune.runs import weight_choices as choices
+    """settings.toml's (or the demo) weights, then completed fine-tunes of the model (workstation.finetune.outputs)."""
+    from workstation.finetune.outputs import weight_choices as choices
     return choices(settings(), store(), name)
 
 

@@ -18,7 +18,10 @@ from contracts.domain import InputError
 from contracts.words import plural
 from storage.repository import NotFound
 from workstation import plugins
-from workstation.finetune.runs import FinetuneRequest, compare_rows, default_output, log_tail
+from workstation.finetune.outputs import default_output
+from workstation.finetune.processes import log_tail
+from workstation.finetune.progress import compare_rows
+from workstation.finetune.request import FinetuneRequest
 from workstation.ui import cautions, gpu, render, state
 
 OTHER = "(another directory…)"
