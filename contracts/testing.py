@@ -118,6 +118,7 @@ class Workstation:
                                  f'demo_size = "tiny"\n{settings}', encoding="utf-8")
         self.plugins = [plugins] if isinstance(plugins, str) else list(plugins)
         self.runs = 0            # runs recorded so far: a fresh history numbers them 1, 2, ...
+        self.last: subprocess.CompletedProcess | None = None     # the last command (its stderr: what it said)
 
     def command(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
         """`python -m workstation ARGS` (the launcher's commands, in this environment); with check, a non-zero
@@ -126,6 +127,7 @@ class Workstation:
                "CUDA_VISIBLE_DEVICES": ""}
         done = subprocess.run([sys.executable, "-m", "workstation", *map(str, args)], cwd=self.folder, env=env,
                               capture_output=True, text=True, timeout=timeout)
+        self.last = done
         assert not check or done.returncode == 0, f"workstation {' '.join(map(str, args))}: exit " \
                                                   f"{done.returncode}\n{done.stderr}"
         return done

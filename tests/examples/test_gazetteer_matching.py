@@ -4,18 +4,20 @@ from __future__ import annotations
 import pytest
 
 from contracts import Document, InputError, WeightsError
+from contracts.testing import check_result
 
 ALL = dict.fromkeys(["date", "money", "phone", "email", "url", "id_number", "ipv4", "country", "province", "city",
                      "organization"])
 
 
 def spans(model, text, schema=None, **options):
-    """(type, span, offset) of every extraction, after checking each offset against the text."""
-    result = next(model.extract([Document("d", text, schema or ALL)], **options))
-    found = [(s.type, s.span, s.offset) for t in result.tuples for s in t]
-    assert all(len(t) == 1 for t in result.tuples) and all(text[a:b] == s for _, s, (a, b) in found)
-    assert result.coverage == [(0, len(text))] and all(s.confidence is None for t in result.tuples for s in t)
-    return found
+    """(type, span, offset) of every extraction, after the host's checks of the result (offsets, coverage)."""
+    document = Document("d", text, schema or ALL)
+    result = next(model.extract([document], **options))
+    check_result(document, result)
+    assert all(len(t) == 1 for t in result.tuples) and all(s.confidence is None for t in result.tuples for s in t)
+    assert result.coverage == [(0, len(text))]
+    return [(s.type, s.span, s.offset) for t in result.tuples for s in t]
 
 
 # ---- Chinese resident ID numbers -------------------------------------------------------------------------

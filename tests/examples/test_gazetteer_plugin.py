@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from contracts import DEMO_NOTICE
+from contracts.testing import Workstation
 from tests.examples.conftest import DISTRIBUTION, ROOT
 
 LINES = [
@@ -56,58 +55,53 @@ def write_jsonl(path: Path, lines) -> Path:
     return path
 
 
-def child(tmp_path, *args, load: str = DISTRIBUTION) -> subprocess.CompletedProcess:
-    env = {**os.environ, "IEW_LOAD_PLUGINS": load, "IEW_SETTINGS": str(write_settings(tmp_path)),
-           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+# Defaults written for other models: they do not apply to the gazetteer, which runs without them.
+OTHER_MODELS_DEFAULTS = '[optimizations]\nenabled = ["sparse-mask", "precision"]\n'
 
 
-# ---- through the entry point, in processes of their own ----------------------------------------------------
+# ---- through the entry point, in processes of their own (contracts.testing.Workstation) --------------------------
 
 def test_extract_runs_the_installed_plugin_and_records_the_run_that_exporters_then_write(tmp_path,
                                                                                          gazetteer_plugin):
-    source, output = write_jsonl(tmp_path / "in.jsonl", LINES), tmp_path / "out.jsonl"
-    done = child(tmp_path, "launcher.py", "extract", "--model", "gazetteer", "--input", str(source),
-                 "--output", str(output))
-    assert done.returncode == 0, done.stderr
-    assert [json.loads(line) for line in output.read_text("utf-8").splitlines()] == OUTPUT
-    assert "demo" not in done.stderr.lower() and "3 documents" in done.stderr
+    workstation = Workstation(tmp_path, plugins=DISTRIBUTION, settings=OTHER_MODELS_DEFAULTS)
+    assert workstation.extract("gazetteer", LINES) == OUTPUT
+    assert "demo" not in workstation.last.stderr.lower() and "3 documents" in workstation.last.stderr
+    assert [(d.text, r.to_json()) for d, r in workstation.read_run()] == [(line["text"], out)
+                                                                         for line, out in zip(LINES, OUTPUT)]
+    with zipfile.ZipFile(workstation.export("gazetteer", suffix=".zip")) as archive:
+        assert "日期.txt" in archive.namelist() and "Organization.txt" in archive.namelist()
+        assert archive.read("日期.txt").decode().splitlines()[1:] == ["2024年3月5日"]
+    listed = [json.loads(row) for row in workstation.command("plugins", "--json").stdout.splitlines()]
+    exporters = [name for row in listed for name in row["registered"].get("exporters", [])]
+    assert {"jsonl", "csv", "excel", "parquet", "label-studio", "doccano", "gazetteer"} <= set(exporters)
 
     from storage import open_store
-    from workstation.exports import export_runs, exporters
-    store = open_store(tmp_path / "data" / "runs.db")
+    from workstation.exports import export_runs
+    store = open_store(tmp_path / "runs.db")
     try:
         [summary] = store.search_runs()
         assert (summary.model, summary.source, summary.documents, summary.demo, summary.device, summary.attention,
                 summary.optimizations) == ("gazetteer", "cli", 3, False, "cpu", "none", {})
-        assert summary.weights == str(tmp_path / "data" / "models" / "gazetteer")   # its folder: none there
-        run = store.get_run(summary.id)
-        assert [r.to_json() for _, r in run.items] == OUTPUT
+        assert summary.weights == str(tmp_path / "models" / "gazetteer")     # its folder: none there
         assert store.search_runs("阿里巴巴")[0].id == summary.id
         spans = sum(len(line["output"]) for line in OUTPUT)
-        for name, exporter in exporters().items():
-            report = export_runs(store, [summary.id], name, tmp_path / f"run{exporter.suffix}")
+        for name in exporters:                      # gazetteer_plugin registered it in this process too
+            report = export_runs(store, [summary.id], name, tmp_path / f"run-{name}")
             assert (report.documents, report.invalid, report.skipped) == (3, 0, 0), name
             assert report.spans == spans and report.path.stat().st_size > 0, name
-        assert {"jsonl", "csv", "excel", "parquet", "label-studio", "doccano", "gazetteer"} <= set(exporters())
-        with zipfile.ZipFile(tmp_path / "run.zip") as archive:
-            assert "日期.txt" in archive.namelist() and "Organization.txt" in archive.namelist()
-            assert archive.read("日期.txt").decode().splitlines()[1:] == ["2024年3月5日"]
     finally:
         store.close()
 
 
 def test_the_plugin_table_shows_it_installed_and_only_a_named_distribution_loads(tmp_path):
-    code = ("import json; from workstation import plugins; print(json.dumps({'table': plugins.plugin_table(), "
-            "'models': list(plugins.model_families()), 'exporters': list(plugins.exporters())}))")
-    named = json.loads(child(tmp_path, "-c", code).stdout)
-    [row] = [r for r in named["table"] if r["name"] == "gazetteer"]
-    assert row == {"name": "gazetteer", "version": "0.1.0", "source": f"installed ({DISTRIBUTION})",
-                   "hooks": ["register_exporters", "register_models"], "distribution": DISTRIBUTION,
-                   "registered": {"models": ["gazetteer"], "exporters": ["gazetteer"]}}
-    assert "gazetteer" in named["models"] and "gazetteer" in named["exporters"]
-    unnamed = json.loads(child(tmp_path, "-c", code, load="").stdout)
-    assert "gazetteer" not in unnamed["models"] and {r["source"] for r in unnamed["table"]} == {"built-in"}
+    def listed(workstation):
+        return {row["name"]: row for row in map(json.loads, workstation.command("plugins", "--json").stdout.splitlines())}
+    named = listed(Workstation(tmp_path / "named", plugins=DISTRIBUTION))
+    assert named["gazetteer"] == {"name": "gazetteer", "version": "0.1.0", "source": f"installed ({DISTRIBUTION})",
+                                  "hooks": ["register_exporters", "register_models"], "distribution": DISTRIBUTION,
+                                  "registered": {"models": ["gazetteer"], "exporters": ["gazetteer"]}}
+    unnamed = listed(Workstation(tmp_path / "unnamed"))
+    assert "gazetteer" not in unnamed and {r["source"] for r in unnamed.values()} == {"built-in"}
 
 
 # ---- the host's handling of a model that needs no weights (in this process) -------------------------------------
