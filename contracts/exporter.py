@@ -39,8 +39,8 @@ class ExportReport:
 
 @dataclass(frozen=True)
 class Exporter:
-    name: str                                                  # the id the UI and CLI use: "csv", "label-studio"
-    suffix: str
+    name: str           # the id every surface uses: History's choice, `export --format`, the API's ?format=
+    suffix: str         # the file's extension (".csv"): names the download and `launcher.py export`'s default file
     write: Callable[[Sequence[RunDetail], Path], ExportReport]
-    title: str = ""
-    mime: str = "application/octet-stream"
+    title: str = ""     # what History's format list shows
+    mime: str = "application/octet-stream"     # the download's media type (the API's Content-Type)
