@@ -17,6 +17,9 @@ class Optimization(ABC):
     lossless: bool = True     # False: outputs may move within a stated tolerance (reduced precision)
     inference: bool = True    # False: acts in fine-tuning only, so an extraction run does not record it as active
     training: bool = False    # True: acts in fine-tuning, so the trainer offers and accepts it
+    # Environment variables the process needs before CUDA starts (read once, so they take a restart): the
+    # launcher sets them when settings.toml enables this optimization, unless already set.
+    environment: dict[str, str] = {}
 
     @abstractmethod
     def applies_to(self, model: LoadedModel) -> tuple[bool, str]:
@@ -25,6 +28,12 @@ class Optimization(ABC):
     @abstractmethod
     def enable(self, model: LoadedModel, **params) -> str:
         """Switch on; return what now runs (e.g. the kernel chosen)."""
+
+    def running(self, model: LoadedModel) -> str | None:
+        """What runs for this optimization once the run's knobs and dtype are all set: what the run records
+        (the host asks after it has set the dtype, which may change the answer `enable` gave, as a kernel that
+        has no fp32 path). None: what `enable` returned still holds."""
+        return None
 
     @abstractmethod
     def disable(self, model: LoadedModel) -> None:

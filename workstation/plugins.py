@@ -161,6 +161,15 @@ def default_model() -> str:
     return next(iter(families))
 
 
+def environment_for(names) -> dict[str, str]:
+    """The environment variables the named optimizations declare (`Optimization.environment`), for the launcher
+    to set before CUDA starts; a name nobody registered adds nothing (the run names it). No names: no plugin load."""
+    if not names:
+        return {}
+    registered = optimizations()
+    return {key: value for name in names if name in registered for key, value in registered[name].environment.items()}
+
+
 def training_optimizations() -> dict:
     """name -> Optimization that acts in fine-tuning (it declares `training`), in load order."""
     return {name: o for name, o in optimizations().items() if o.training}

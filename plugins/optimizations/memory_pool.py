@@ -1,8 +1,8 @@
 """Reuse memory across requests: static shape buckets captured as CUDA graphs in one shared pool.
 
 The allocator's expandable segments (less fragmentation under varying shapes) can only be set
-before CUDA starts: the launcher sets PYTORCH_CUDA_ALLOC_CONF when this optimization is enabled in
-settings.toml, so switching that part takes a restart.
+before CUDA starts: this optimization declares PYTORCH_CUDA_ALLOC_CONF as its `environment`, which the
+launcher sets when it is enabled in settings.toml, so switching that part takes a restart.
 """
 import os
 
@@ -25,6 +25,7 @@ class MemoryPool(Optimization):
                    "Expandable allocator segments (restart) keep reserved memory close to what is used.")
     switch = "live"
     lossless = True
+    environment = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}     # read by the CUDA allocator
 
     def applies_to(self, model):
         if Capability.CUDA_GRAPHS not in model.capabilities:
