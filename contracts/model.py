@@ -96,7 +96,9 @@ class LoadedModel(ABC):
         return wanted, ""
 
     def attention_kernel(self) -> str:
-        """The kernel that runs now, with these knobs and this dtype: what a run records."""
+        """The kernel that runs now, with these knobs and this dtype: what a run records, and what the
+        fused-attention optimization records. A model says which kernel runs in `resolve_attention` only, so
+        the two cannot disagree."""
         return self.resolve_attention(self.knobs.attention)[0]
 
     def describe(self) -> dict[str, Any]:

@@ -53,7 +53,10 @@ class FusedAttention(Optimization):
 
     def enable(self, model, **_):
         model.knobs.attention = self.kernel_for(model)
-        return model.resolve_attention(model.knobs.attention)[0]
+        return model.attention_kernel()
+
+    def running(self, model):
+        return model.attention_kernel()     # the model's own answer, as the run's `attention` records it
 
     def disable(self, model):
         model.knobs.attention = model.attention_backends[0]

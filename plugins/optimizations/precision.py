@@ -37,6 +37,9 @@ class Precision(Optimization):
             model.set_dtype(dtype)
         return dtype
 
+    def running(self, model):
+        return model.knobs.dtype            # an asked --dtype is set after enable() and wins (engine.settle)
+
     def disable(self, model):
         if model.knobs.dtype != "fp32":
             model.set_dtype("fp32")

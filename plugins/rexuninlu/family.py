@@ -174,18 +174,22 @@ class LoadedRex(LoadedModel):
             weakref.finalize(self, self.workers.close)
         return self.workers
 
-    def attention_kernel(self) -> str:
-        """The kernel that runs. Measured on an H200 (docs/benchmarks.md): the Triton kernel is the
-        fastest in bf16/fp16 but its exact-fp32 dots are slow, so fp32 uses SDPA instead."""
-        wanted = self.knobs.attention
-        if wanted == Kernel.TRITON:
-            from plugins.rexuninlu import triton_attention
-            if self.knobs.dtype == "fp32" or not self.device.startswith("cuda") or not triton_attention.available():
-                return Kernel.SDPA
-        return wanted
-
-    def describe(self):
-        return {**super().describe(), "attention": self.attention_kernel()}
+    def resolve_attention(self, wanted: str) -> tuple[str, str]:
+        """The one answer to "which kernel runs" (contracts.LoadedModel.attention_kernel asks it, and so does the
+        fused-attention optimization). The Triton kernel is the fastest in bf16/fp16, but its exact-fp32 dots
+        are slow (docs/benchmarks.md), so fp32 runs SDPA with the same bias instead."""
+        if wanted != Kernel.TRITON:
+            return wanted, ""
+        from plugins.rexuninlu import triton_attention
+        if not self.device.startswith("cuda"):
+            why = "the Triton kernel needs a CUDA GPU"
+        elif not triton_attention.available():
+            why = "Triton is not installed"
+        elif self.knobs.dtype == "fp32":
+            why = "the Triton kernel runs bf16/fp16 (its exact fp32 is slower than SDPA) and the model is fp32"
+        else:
+            return wanted, ""
+        return Kernel.SDPA, f"{why}; SDPA with the relative-position bias computes the same attention"
 
     def tokens_processed(self) -> int:
         return self.scorer.tokens

@@ -123,7 +123,7 @@ class LoadedSeqGPT(LoadedModel):
         return (Kernel.SDPA, f"{why}; SDPA with the ALiBi bias computes the same attention") if why else (wanted, "")
 
     def describe(self):
-        return {**super().describe(), "attention": self.resolve_attention(self.knobs.attention)[0],
+        return {**super().describe(), "attention": self.attention_kernel(),
                 "cuda_graphs": self.knobs.cuda_graphs}
 
     def set_dtype(self, dtype: str) -> None:
@@ -158,7 +158,7 @@ class LoadedSeqGPT(LoadedModel):
     def extract(self, documents: Sequence[Document], batch_size: int = 8,
                 on_progress: Callable[[int], None] | None = None, **options) -> Iterator[Result]:
         settings, values = self.settings(options)
-        attention = self.resolve_attention(self.knobs.attention)[0]
+        attention = self.attention_kernel()
         if attention not in ATTENTION_BACKENDS:
             raise InputError(f"attention backend {attention!r} is not available for seqgpt; "
                              f"have {', '.join(ATTENTION_BACKENDS)}")

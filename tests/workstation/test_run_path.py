@@ -29,7 +29,9 @@ class CountingFamily(FakeFamily):
 
 
 class KernelModel(FakeModel):
-    """Asks for a kernel it cannot run in fp32, as RexUniNLU's Triton attention on CUDA: SDPA runs instead."""
+    """Asks for a kernel it cannot run in fp32, as RexUniNLU's Triton attention on CUDA: SDPA runs instead.
+    Like the real plugins it answers in resolve_attention alone, the hook both the run and the fused-attention
+    optimization ask."""
 
     attention_backends = ("eager", "sdpa", "triton")
 
@@ -102,6 +104,16 @@ def test_the_attention_recorded_is_the_kernel_that_ran_not_the_one_asked_for(tmp
     assert engine.run(model, documents(2)).attention == "sdpa"
     model.knobs.dtype = "bf16"
     assert engine.run(model, documents(2)).attention == "triton"
+
+
+@pytest.mark.parametrize("dtype, kernel", [("fp32", "sdpa"), ("bf16", "triton")])
+def test_the_fused_attention_optimization_records_the_kernel_the_run_records_once_the_dtype_is_set(
+        tmp_path, dtype, kernel):
+    """The real optimization on a model "on a GPU" (the double never touches one): the dtype is set after
+    the optimizations are enabled, and what the run records for both comes from the model after that."""
+    model = KernelModel(FakeFamily(), tmp_path, "cuda:0", "fp32")
+    active = engine.settle(model, ["flash-attention"], configured_dtype=dtype)
+    assert active == {"flash-attention": kernel} and model.attention_kernel() == kernel
 
 
 def test_only_the_first_run_on_a_loaded_model_is_marked_as_paying_its_warm_up(tmp_path, store):
