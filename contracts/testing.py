@@ -2,8 +2,9 @@
 
 - `recorded_run(items)`: a run as an exporter receives it (`RunDetail`), built in memory;
 - `run_model(family, documents)`: documents through a model the way the host runs them, with the checks the
-  host makes on the way in (`family.check`) and on the way out (one result per document in input order, every
-  offset a span of its text, coverage inside the text, the result's JSON read back equal);
+  host makes on the way in (`family.check`) and on the way out (one result per document in input order, checked
+  by the engine's own `contracts.results.in_input_order`; every offset a span of its text, coverage inside the
+  text, the result's JSON read back equal);
 - `Workstation(folder)`: the real host in child processes, on a throwaway history in `folder`: `extract(...)`
   runs `python -m workstation extract`, `read_run(id)` reads a recorded run back through `export --format jsonl`.
 
@@ -22,6 +23,7 @@ from typing import Any
 
 from contracts.domain import Document, Result, Span
 from contracts.model import Knobs, LoadedModel, ModelFamily
+from contracts.results import in_input_order
 from contracts.runs import RunDetail, RunSummary
 from contracts.stages import IDLE, StageClock
 
@@ -45,7 +47,8 @@ def run_model(family: ModelFamily, documents: Sequence[Document], weights: str |
     """The results of `documents`, run as the host runs them, on the CPU in fp32. Raises the plugin's own
     InputError for a document its checks refuse (assert on it with pytest.raises), and AssertionError naming
     the document when a result breaks a rule every surface relies on. `weights`: the folder `load` gets
-    (None for a model that needs none: a folder that does not exist, as the host gives it)."""
+    (None for a model that needs none: a folder that does not exist, as the host gives it). Results out of
+    order, or more or fewer than the documents, raise the RuntimeError a run of the host raises."""
     for document in documents:
         family.check(document)                       # blank text, the kind of input, then family.validate
     if weights is None:
@@ -58,12 +61,8 @@ def run_model(family: ModelFamily, documents: Sequence[Document], weights: str |
         results = list(model.extract(list(documents), batch_size=batch_size, **options))
     finally:
         model.clock = IDLE
-    assert len(results) == len(documents), (f"{family.name} returned {len(results)} result(s) for "
-                                            f"{len(documents)} document(s): one per document, in input order")
     checked = []
-    for document, result in zip(documents, results):
-        assert str(result.document_id) == str(document.id), (
-            f"{family.name} returned a result for {result.document_id!r} where document {document.id!r} was due")
+    for document, result in in_input_order(list(documents), results):      # the engine's own check
         result = result.without_empty_spans()        # the host drops tuples that hold an empty span
         check_result(document, result)
         checked.append(result)

@@ -37,8 +37,8 @@ import torch
 from contracts.domain import Document, InputError, Result, WeightsError
 from contracts.model import LoadedModel, ModelFamily
 from contracts.report import RunReport
+from contracts.results import in_input_order
 from contracts.stages import IDLE, Cancelled, StageClock  # noqa: F401  (Cancelled: run raises it, callers catch it)
-from contracts.words import plural
 from workstation import plugins
 from workstation.quality.thresholds import apply_thresholds
 from workstation.run_config import RunConfig, batch_size_for, resolve_device  # noqa: F401  (the engine's names too)
@@ -198,7 +198,7 @@ def _measure(model: LoadedModel, report: RunReport, slices: Iterator[list[Docume
                 break
             if cancel is not None and cancel.is_set():
                 raise Cancelled()
-            for document, result in _paired(documents, extract(model, documents, report.batch_size,
+            for document, result in in_input_order(documents, extract(model, documents, report.batch_size,
                                                                **report.options)):
                 result = capped(result, limit)
                 report.documents += 1
@@ -239,22 +239,6 @@ def _slices(documents: Iterable[Document], size: int) -> Iterator[list[Document]
     it = iter(documents)
     while chunk := list(islice(it, size)):
         yield chunk
-
-
-def _paired(documents: Sequence[Document], results: Iterable[Result]) -> Iterator[tuple[Document, Result]]:
-    """Each result with its document: a model must give one result per document, in input order."""
-    given = 0
-    for result in results:
-        if given >= len(documents):
-            raise RuntimeError(f"the model returned more results than the {plural(len(documents), 'document')} it was given")
-        document = documents[given]
-        if str(result.document_id) != str(document.id):
-            raise RuntimeError(f"the model returned a result for {result.document_id!r} where document "
-                               f"{document.id!r} was due: results must come in input order")
-        given += 1
-        yield document, result
-    if given != len(documents):
-        raise RuntimeError(f"the model returned {plural(given, 'result')} for {plural(len(documents), 'document')}")
 
 
 _LOCKS = threading.Lock()

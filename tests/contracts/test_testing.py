@@ -1,4 +1,5 @@
-"""contracts.testing, the helpers a plugin's tests use: each check it makes fails on the result that breaks it."""
+"""contracts.testing, the helpers a plugin's tests use: each check it makes fails on the result that breaks it
+(the order and count check is the engine's own, contracts.results.in_input_order)."""
 from __future__ import annotations
 
 import pytest
@@ -49,8 +50,15 @@ def test_a_document_the_family_refuses_raises_its_input_error():
 
 
 @pytest.mark.parametrize("results, message", [
-    ([Result("a", [])], "returned 1 result.* for 2 document"),
-    ([Result("b", []), Result("a", [])], "a result for 'b' where document 'a' was due"),
+    ([Result("a", [])], "the model returned 1 result for 2 documents"),
+    ([Result("b", []), Result("a", [])], "a result for 'b' where document 'a' was due: results must come in input"),
+])
+def test_results_out_of_order_or_too_few_raise_what_a_run_of_the_host_raises(results, message):
+    with pytest.raises(RuntimeError, match=message):
+        run_model(Echo(results), DOCS)
+
+
+@pytest.mark.parametrize("results, message", [
     ([Result("a", [[Span("t", "y", (0, 1))]]), Result("b", [])], r"'y' at \(0, 1\) is not that span of the text \('x'\)"),
     ([Result("a", [[Span("t", "xy", (0, 3))]]), Result("b", [])], "is not that span of the text"),
     ([Result("a", [], coverage=[(0, 5)]), Result("b", [])], "coverage .* must be sorted ranges inside the text"),
