@@ -4,7 +4,8 @@ Data flows one way: documents -> model plugin (prompting, batching, forward, dec
 wrapped in a RunReport with the settings snapshot and measurements. Storage and the UI consume reports.
 
 `run` is the only way documents reach a model: the Extract page (workstation/ui/runs.py), batch jobs
-(workstation/jobs.py), `launcher.py extract`, the HTTP API's lanes and the corpus workers all call it.
+(workstation/jobs.py), `launcher.py extract`, the HTTP API's lanes and the corpus workers all call it, each
+with the RunConfig its surface resolved once (workstation/run_config.py): `run` reads no settings.
 In order, it:
 
 - reads the documents as it needs them (any iterable: a 200,000-line file is never held), in slices of
@@ -12,7 +13,8 @@ In order, it:
   stops the run with the InputError naming its line, or, given `on_invalid`, is handed there and skipped;
 - checks the first slice before it takes the model, so a bad first line costs no load (`model` may be a
   loaded model or a `Lend`: a shelf's borrow, a loader) and holds the model alone for the whole run;
-- sets the model up once: the named optimizations on, the others off, then the dtype rule (`settle`);
+- sets the model up once: the named optimizations on, the others off, then the dtype rule, then what each
+  optimization runs now that the dtype is set (`settle`);
 - gives the model one slice at a time (it batches across the slice's documents and prepares its next group
   on a thread while the device works); a cancel takes effect between slices;
 - hands every result, less empty-span tuples, capped at `max_tuples` and thresholded, to `on_result` with
