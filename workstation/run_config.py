@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import torch
 
@@ -19,6 +19,9 @@ from contracts.batching import AUTO, auto_batch_size
 from contracts.domain import InputError
 from contracts.model import ModelFamily
 from workstation import plugins
+
+if TYPE_CHECKING:
+    from workstation.settings import Settings
 
 DTYPES = ("fp32", "fp16", "bf16")
 MAX_TUPLES = 10_000          # settings.toml's default for [results] max_tuples_per_document
@@ -93,9 +96,10 @@ class Overrides:
     max_tuples: int | None = None
 
 
-def resolve(settings, family: ModelFamily, overrides: Overrides | Mapping[str, Any] | None = None) -> RunConfig:
-    """The run configuration for `family` from `settings` (a loaded workstation.settings.Settings: it is not
-    read again) and what the surface asked for. Errors are InputError / WeightsError naming what to fix."""
+def resolve(settings: Settings, family: ModelFamily, overrides: Overrides | Mapping[str, Any] | None = None
+            ) -> RunConfig:
+    """The run configuration for `family` from `settings` (loaded by the caller, and not read again) and what
+    the surface asked for. A bad choice is an InputError naming it."""
     asked = overrides if isinstance(overrides, Overrides) else _overrides(overrides or {})
     ms = settings.model(family.name)
     # A weights folder the surface was given (--weights, a fine-tune picked in the sidebar) is checked there,

@@ -12,7 +12,7 @@ from contracts.domain import InputError
 from contracts.names import Reads
 from contracts.stages import describe as describe_stages
 from contracts.words import plural
-from workstation import engine, plugins
+from workstation import plugins
 from workstation.inputs import TEXT, read_valid_documents
 from workstation.ui import exports, file_preview, gpu, job_progress, local_files, render, runs, schema_editor, state
 from workstation.ui.model_options import option_widgets
@@ -102,8 +102,8 @@ with st.container(border=True):
     left.selectbox("Default task", list(presets), key=TASK, on_change=load_preset,
                    format_func=lambda n: f"{presets[n].title} ({n})")
     left.text_area("Default schema (JSON)", key=SCHEMA, height=180)
-    ms = state.settings().model(fam.name)
-    batch_size = right.number_input("Batch size", 1, 1024, engine.batch_size_for(fam, ms.batch_size, ms.device, ms.dtype),
+    resolved = runs.config_for(runs.RunRequest(fam.name, state.device_for(fam.name), ())).batch_size
+    batch_size = right.number_input("Batch size", 1, 1024, resolved,
                                     help="settings.toml's; with batch_size = \"auto\" there, the largest that fits "
                                          "this GPU's memory (docs/performance.md)")
     registry = plugins.optimizations()
