@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The one entry point. First run: make .venv/, install the pinned requirements, re-run inside it.
+"""The one entry point. First run: make .venv/, install the locked requirements, re-run inside it.
 
   python3 launcher.py                 start the workstation UI (http://127.0.0.1:8501)
   python3 launcher.py test            install test dependencies (and Label Studio, in its own venv), run the tests
@@ -22,10 +22,12 @@ def inside_venv() -> bool:
     return Path(sys.prefix).resolve() == VENV.resolve()
 
 
-def install(requirements: Path) -> None:
-    """pip install -r once per content of the file (a stamp in .venv/ remembers it). Paths in the file are
-    relative to this folder; a file with editable installs (-e PATH) is stamped with the folder too, since
-    the venv then runs code from this checkout."""
+def install(requirements: Path, locked: bool = True) -> None:
+    """pip install -r once per content of the file (a stamp in .venv/ remembers it). A locked file (compiled by
+    .ci/lock: every package of the tree, pinned, with its hashes) is installed with --require-hashes, so nothing
+    unpinned or altered comes in. A file of editable installs (-e PATH; their needs are in a lock) is installed
+    without dependencies and stamped with this folder too, since the venv then runs code from this checkout;
+    paths in it are relative to this folder."""
     content = requirements.read_bytes()
     if b"\n-e " in b"\n" + content:
         content += str(ROOT).encode()
@@ -34,7 +36,8 @@ def install(requirements: Path) -> None:
     if stamp.exists() and stamp.read_text() == digest:
         return
     print(f"[launcher] installing {requirements.name} into {VENV} (first run only) ...", file=sys.stderr)
-    subprocess.check_call([str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+    how = ["--require-hashes"] if locked else ["--no-deps", "--no-build-isolation"]
+    subprocess.check_call([str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q", *how,
                            "-r", str(requirements)], cwd=ROOT)
     stamp.write_text(digest)
 
@@ -78,7 +81,8 @@ def install_label_studio() -> str:
 
 def install_workstation() -> None:
     """The workstation itself, editable, so its built-in plugins are entry points like any installed plugin's
-    (pyproject.toml). Once per content of pyproject.toml."""
+    (pyproject.toml). Once per content of pyproject.toml. Its dependencies came from the lock, and so did its
+    build backend (setuptools): nothing is resolved or fetched here."""
     pyproject = ROOT / "pyproject.toml"
     digest = hashlib.sha256(pyproject.read_bytes()).hexdigest()
     stamp = VENV / ".installed-pyproject.toml"
@@ -99,7 +103,7 @@ def bootstrap(with_tests: bool) -> None:
     install_workstation()
     if with_tests:
         install(ROOT / "requirements-dev.txt")
-        install(ROOT / "requirements-examples.txt")     # the example plugin (docs/plugins.md), for its tests
+        install(ROOT / "requirements-examples.txt", locked=False)     # the example plugin (docs/plugins.md)
         install_label_studio()
         install(ROOT / "requirements-corpus.txt")       # the corpus tests run Ray too
 
