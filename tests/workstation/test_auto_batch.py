@@ -72,8 +72,8 @@ def test_settings_toml_takes_auto_and_names_a_bad_value(tmp_path):
 def test_extract_with_batch_size_auto_runs_with_the_tables_batch(tmp_path, rex_tiny, monkeypatch):
     used = []
     real_run = engine.run
-    monkeypatch.setattr(engine, "run", lambda model, docs, batch_size, **kw: used.append(batch_size)
-                        or real_run(model, docs, batch_size, **kw))
+    monkeypatch.setattr(engine, "run", lambda model, docs, config, **kw: used.append(config.batch_size)
+                        or real_run(model, docs, config, **kw))
     inp = tmp_path / "in.jsonl"
     inp.write_text(json.dumps({"id": 1, "text": "北京", "schema": {"地理位置": None}}, ensure_ascii=False) + "\n", "utf-8")
     code = main(["extract", "--model", "rexuninlu", "--weights", str(rex_tiny), "--input", str(inp), "--output",
