@@ -56,8 +56,11 @@ on_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA
 
 @on_cuda
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_on_cuda_the_recorded_optimization_and_the_attention_agree(rex_tiny, dtype):
-    model = RexUniNLU().load(rex_tiny, "cuda")
+def test_on_cuda_the_recorded_optimization_and_the_attention_agree(tmp_path, dtype):
+    from plugins.rexuninlu import demo
+    # The full-size architecture (random weights), whose heads the compiled kernel is built for, as in
+    # test_triton_attention_cuda.py.
+    model = RexUniNLU().load(demo.write(tmp_path / "full", "full", seed=0), "cuda")
     docs = [Document(str(i), "张三生于北京。", schema={"人物": None, "地点": None}) for i in range(4)]
     report = engine.run(model, docs, RunConfig(batch_size=2, optimizations=["flash-attention"], dtype=dtype))
     expected = Kernel.TRITON if dtype == "bf16" and triton_attention.available() else Kernel.SDPA
