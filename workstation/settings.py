@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_settings import SettingsError as SourceError
 
 from contracts.batching import batch_setting
 
@@ -184,6 +185,11 @@ def load_settings(path: Path | None = None) -> Settings:
         parsed = SettingsFile(**in_file)
     except ValidationError as e:
         raise SettingsError(_first_problem(e, path, in_file)) from None
+    except SourceError as e:            # an IEW_* value for a list or a table that is not JSON
+        field = str(e).split('"')[1] if str(e).count('"') >= 2 else ""
+        names = sorted(n for n in os.environ if n.upper().startswith(f"{ENV_PREFIX}{field.upper()}{ENV_NESTING}"))
+        raise SettingsError(f"environment variable {' or '.join(names) or ENV_PREFIX + field.upper()}: "
+                            f"{e.__cause__ or e}; a list or a table is written as JSON, e.g. '[\"a\", \"b\"]'") from None
     api = parsed.api.model_copy()
     api.token = os.environ.get("IEW_API_TOKEN", api.token)      # the older, shorter name of IEW_API__TOKEN
     return Settings(

@@ -89,6 +89,14 @@ def test_a_bad_environment_override_is_refused_naming_the_variable(settings_toml
         load_settings()
 
 
+def test_an_environment_list_that_is_not_json_is_refused_naming_the_variable(settings_toml, monkeypatch):
+    monkeypatch.setenv("IEW_API__MODELS", "rexuninlu")
+    with pytest.raises(SettingsError, match=r"^environment variable IEW_API__MODELS: .*written as JSON"):
+        load_settings()
+    monkeypatch.setenv("IEW_API__MODELS", '["rexuninlu"]')
+    assert load_settings().api.models == ["rexuninlu"]
+
+
 def test_relative_paths_resolve_against_the_settings_files_folder(settings_toml, tmp_path):
     settings_toml.write_text('[storage]\ndemo_weights_dir = "demo"\ndatabase = "db/runs.db"\n'
                              '[models.seqgpt]\nweights = "../w/seqgpt"\n', "utf-8")
