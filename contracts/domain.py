@@ -5,10 +5,10 @@ spans with [start, end) character offsets into the document text.
 """
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgspec
 import orjson
 
 
@@ -31,11 +31,14 @@ class WeightsError(RuntimeError):
     """Missing, corrupt or mismatched model weights."""
 
 
-_new_object, _set_attribute = object.__new__, object.__setattr__     # Span.located's, looked up once
+class Span(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """A typed span of a document's text, [start, end) in characters.
 
+    A msgspec Struct: built in C (a dense document decodes hundreds of thousands of them), written as JSON with
+    its unset confidence and grounded left out (`Result.output_json`), and left to reference counting (gc=False:
+    it holds only strings and numbers, so it can be in no cycle, and a dense run no longer sets the cyclic
+    collector off)."""
 
-@dataclass(frozen=True)
-class Span:
     type: str
     span: str
     offset: tuple[int, int] | None          # None: a generated span not found in the text, or a label
@@ -51,18 +54,6 @@ class Span:
             out["grounded"] = self.grounded
         return out
 
-    @classmethod
-    def located(cls, type: str, span: str, offset: tuple[int, int], confidence: float | None = None) -> "Span":
-        """The same as Span(type, span, offset, confidence), for decoders that build hundreds of thousands: a
-        frozen dataclass's __init__ sets each field through object.__setattr__, which costs twice this.
-
-        Its __dict__ holds only what to_json() emits, in that order (the class defaults answer the rest), so
-        Result.output_json hands it to orjson as it is."""
-        s = _new_object(cls)
-        _set_attribute(s, "__dict__", {"type": type, "span": span, "offset": offset} if confidence is None
-                       else {"type": type, "span": span, "offset": offset, "confidence": confidence})
-        return s
-
     @property
     def empty(self) -> bool:
         """A located span that covers no text. RexUniNLU's reference emits them as [start, 0] when a
@@ -76,8 +67,10 @@ class Span:
                    d.get("grounded"))
 
 
-# A span the constructor made holds every field in its __dict__; a located one only what to_json() emits.
-_ALL_FIELDS = len(fields(Span))
+# An output (a list of tuples of spans) as JSON and back. msgspec writes what orjson writes for these values, to
+# the byte, but for a float of 1e16 or more (a confidence is at most 1): orjson spells its exponent e+16.
+_write_output = msgspec.json.Encoder().encode
+read_output = msgspec.json.Decoder(list[list[Span]]).decode
 
 
 @dataclass
@@ -92,7 +85,7 @@ class Document:
     line: int | None = None                  # 1-based line of the input file, for error messages
 
 
-@dataclass
+@dataclass(slots=True)
 class Result:
     document_id: str
     tuples: list[list[Span]] = field(default_factory=list)
@@ -102,88 +95,35 @@ class Result:
     # (RexUniNLU: its windows; SeqGPT: the prompt's kept range). None: not reported by the model.
     coverage: list[tuple[int, int]] | None = None
 
+    @property
+    def tuple_count(self) -> int:
+        return len(self.tuples)
+
     def without_empty_spans(self) -> "Result":
         """Project decision: a tuple that holds an empty span is no extraction, so it is dropped whole."""
-        if "tuples" not in self.__dict__:                # serialised(), which dropped them before writing
-            return self
         # One flat pass first: a document can hold thousands of spans and nearly always none is empty. Span.empty
         # is spelled out in it, because calling the property per span cost more than the rest of the test.
         if not any([(o := s.offset) is not None and (o[1] <= o[0] or not s.span) for t in self.tuples for s in t]):
             return self
         return replace(self, tuples=[t for t in self.tuples if not any(s.empty for s in t)])
 
-    def serialised(self) -> "Result":
-        """This Result, empty spans dropped, holding its output's JSON (UTF-8 bytes) in place of its tuples: what
-        a process that decodes hands the one that writes. Pickled, it is those bytes (pickling hundreds of
-        thousands of Spans costs seconds, and text would be decoded from UTF-8 on the way in); it is written as
-        it is (JSON Lines), and the tuples are parsed back only when read."""
-        kept = self.without_empty_spans()
-        out = replace(kept)
-        del out.__dict__["tuples"]
-        out.__dict__.update(_output=kept.output_json(), _count=len(kept.tuples))
-        return out
-
-    def output_apart(self) -> tuple["Result", bytes]:
-        """A serialised() Result as (itself less its output's JSON, that JSON), for a process that hands the bytes
-        over another way than pickling (host workers write them to a file). The first is not to be read until
-        `with_output` has given the bytes back."""
-        rest = copy.copy(self)
-        return rest, rest.__dict__.pop("_output")
-
-    def with_output(self, output: bytes) -> "Result":
-        """output_apart's other half: this Result holding its output's JSON again."""
-        self.__dict__["_output"] = output
-        return self
-
-    def __getattr__(self, name: str) -> Any:
-        # Reached only for an attribute missing from __dict__: the tuples of a serialised() Result, parsed once.
-        text = self.__dict__.get("_output")
-        if name != "tuples" or text is None:
-            raise AttributeError(name)
-        del self.__dict__["_output"], self.__dict__["_count"]
-        self.tuples = [[Span.from_json(s) for s in t] for t in orjson.loads(text)]
-        return self.tuples
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Setting a field of a serialised() Result could make its text stale: parse its tuples first, drop the
-        # text. (Its lists are not to be changed in place before its tuples are read; capped() reads them first.)
-        if "_output" in self.__dict__:
-            if name != "tuples":
-                self.tuples
-            self.__dict__.pop("_output", None)
-            self.__dict__.pop("_count", None)
-        object.__setattr__(self, name, value)
-
-    @property
-    def tuple_count(self) -> int:
-        """len(tuples), without parsing a serialised() Result's."""
-        return self.__dict__["_count"] if "_output" in self.__dict__ else len(self.tuples)
-
     def output_json(self) -> bytes:
-        """`to_json()["output"]` as compact JSON in UTF-8, without parsing a serialised() one.
-
-        A located span's __dict__ already is its to_json() (orjson writes the offset tuple as an array), so it
-        goes to orjson as it is; a span the constructor made holds all five fields and goes through to_json()."""
-        if (data := self.__dict__.get("_output")) is not None:
-            return data
-        return orjson.dumps([[d if len(d := vars(s)) < _ALL_FIELDS else s.to_json() for s in t]
-                             for t in self.tuples])
+        """`to_json()["output"]` as compact JSON in UTF-8, not ASCII-escaped."""
+        return _write_output(self.tuples)
 
     def output_json_text(self) -> str:
         """output_json() as text: what History stores."""
         return self.output_json().decode()
 
     def to_json(self) -> dict[str, Any]:
-        if (text := self.__dict__.get("_output")) is not None:
-            return self._with_extras({"id": self.document_id, "output": orjson.loads(text)})
         return self._with_extras({"id": self.document_id, "output": [[s.to_json() for s in t] for t in self.tuples]})
 
     def to_json_line(self) -> bytes:
         """`to_json()` as compact JSON on one line (no newline), UTF-8, not ASCII-escaped: what the CLI and the
-        API write as JSON Lines. orjson, because on dense outputs json.dumps cost more than decoding.
+        API write as JSON Lines. orjson and msgspec, because on dense outputs json.dumps cost more than decoding.
 
         Laid out as orjson lays out to_json(), with the output's JSON put in whole: joining bytes copies them,
-        where parsing or re-encoding a dense output would cost the writer as much as decoding it did."""
+        where building to_json()'s dicts for a dense output would cost the writer as much as decoding it did."""
         extras = orjson.dumps(self._with_extras({}))[1:-1]
         return b"".join((b'{"id":', orjson.dumps(self.document_id), b',"output":', self.output_json(),
                          b"," if extras else b"", extras, b"}"))

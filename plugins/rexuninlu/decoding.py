@@ -152,7 +152,7 @@ def _kind(key: tuple, level_map: dict, legal: set, confidences: dict) -> tuple:
     the full type path is one the schema asks for, prefix). A prefix's confidence is from an earlier level:
     fixed here."""
     prefix, t = key
-    head = [Span.located(e[0].strip(), e[1], tuple(e[2]), confidences.get(prefix[:i + 1])) for i, e in enumerate(prefix)]
+    head = [Span(e[0].strip(), e[1], tuple(e[2]), confidences.get(prefix[:i + 1])) for i, e in enumerate(prefix)]
     return t, level_map[prefix][t], head, tuple(s.type for s in head) + (t,) in legal, prefix
 
 
@@ -167,7 +167,7 @@ def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next
     """
     confidences = {} if confidences is None else confidences
     token_type, kinds = type_tokens(window), {}                     # [TYPE] token -> _kind, as they come
-    offsets, text, located, out = window.offsets, window.text, Span.located, []
+    offsets, text, out = window.offsets, window.text, []
     # A character read alone is a new string (but for Latin-1), so a text without spaces skips that test.
     n, spaced = len(text), " " in text
     # The hot loop of dense outputs (hundreds of spans per document): one pass, no per-span calls but the
@@ -193,7 +193,7 @@ def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next
             if conf is not None:
                 confidences[path] = max(conf, confidences.get(path, conf))
         if wanted:
-            out.append([*head_spans, located(t, text[a:b], (a, b), conf)])
+            out.append([*head_spans, Span(t, text[a:b], (a, b), conf)])
     return out
 
 

@@ -5,16 +5,15 @@ Why processes: dense outputs cost the host about 5 µs of Python per span, in on
 as slow as its host however fast the device (docs/performance.md §5). Each worker runs whole groups of
 documents through the reference's prompt loop (pipeline.start_group / Group.take) with its own Prompter;
 this process only batches the windows the workers hand over, scores them, hands the links back, and yields
-the finished Results in input order. Results cross as their JSON bytes (Result.serialised), so writing them
-needs no per-span work here either; the bytes go through a file (`spool`), not the pipe.
+the finished Results in input order. Results cross as their JSON bytes (transport.py), so writing them needs
+no per-span work here either; the bytes go through a file, not the pipe.
 
 Messages, each a tuple (kind, group number, payload):
   to a worker:   ("start", k, documents)  ("links", k, links)  and None to stop
-  from a worker: ("windows", k, windows)  ("done", k, (results, spooled, stage seconds))  ("failed", k, exception)
+  from a worker: ("windows", k, windows)  ("done", k, (headers, outputs, stage seconds))  ("failed", k, exception)
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import multiprocessing
 import os
@@ -36,6 +35,7 @@ from contracts.stages import StageClock
 from plugins.rexuninlu.pipeline import AHEAD, Group, start_group, to_result
 from plugins.rexuninlu.prompting import Prompter
 from plugins.rexuninlu.scoring import Scoring, WindowScorer
+from plugins.rexuninlu.transport import spool, unspool
 
 # Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
 GROUPS_PER_WORKER = 2
@@ -98,7 +98,7 @@ class HostWorkers:
 
     def run(self, scorer: WindowScorer, documents: Sequence[Document], batch_size: int,
             on_progress: Callable[[int], None] | None = None, clock: StageClock | None = None) -> Iterator[Result]:
-        """Every document's Result in input order (serialised: see the module's docstring)."""
+        """Every document's Result in input order (each holding its output's JSON: transport.py)."""
         self.start()
         try:
             yield from self._run(scorer, documents, batch_size, on_progress, clock)
@@ -132,8 +132,8 @@ class HostWorkers:
             if kind == "windows":
                 arrived.append((pipe, k, payload))
             elif kind == "done":
-                results, spooled, seconds = payload
-                finished[k] = unspool(results, spooled)
+                headers, outputs, seconds = payload
+                finished[k] = unspool(headers, outputs)
                 held[pipe] -= 1
                 hand_out(pipe)
                 if clock is not None:
@@ -211,42 +211,6 @@ def deliver(pipe: Connection, message) -> None:
         raise RuntimeError(STOPPED) from e
 
 
-def spool(results: list[Result], folder: str, k: int) -> tuple[list[Result], tuple[str, list[int]] | None]:
-    """A group's serialised Results as they cross to the run's process: their output's bytes in one file, the rest
-    pickled. Reading a pipe costs the run's process about 0.8 ms per MB (64 KiB at a time, each chunk copied twice);
-    1,000 dense documents make 193 MB, which took it a quarter to a third of the run's wall on the H200 (tenth run,
-    docs/benchmarks.md). A file is read in one call per result. Where no file can be written (a full disk), the
-    Results go whole, through the pipe."""
-    if not folder:
-        return results, None
-    parts = [r.output_apart() for r in results]
-    path = os.path.join(folder, f"{os.getpid()}-{k}")
-    try:
-        with open(path, "wb") as f:
-            f.writelines(output for _, output in parts)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        return results, None                   # output_apart left them whole
-    return [rest for rest, _ in parts], (path, [len(output) for _, output in parts])
-
-
-def unspool(results: list[Result], spooled: tuple[str, list[int]] | None) -> list[Result]:
-    """spool's other half, in the run's process: each Result given its bytes back; the file is removed."""
-    if spooled is None:
-        return results
-    path, sizes = spooled
-    try:
-        with open(path, "rb") as f:
-            outputs = [f.read(n) for n in sizes]
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    if [len(o) for o in outputs] != sizes:
-        raise RuntimeError(f"a host worker's results file {path} was cut short")
-    return [r.with_output(o) for r, o in zip(results, outputs)]
-
-
 def work(pipe: Connection, weights: str, folder: str) -> None:
     """A worker process: set up for sharing the machine, then serve."""
     import torch
@@ -268,7 +232,7 @@ def work(pipe: Connection, weights: str, folder: str) -> None:
 
 
 def serve(pipe: Connection, prompter: Prompter, folder: str) -> None:
-    """Groups in, windows out, links in, serialised Results out (their bytes spooled to `folder`)."""
+    """Groups in, windows out, links in, Results out as their JSON (spooled to `folder`: transport.py)."""
     groups: dict[int, tuple[list[Document], Group, StageClock]] = {}     # each with its own clock
     # Messages are read as they come, by a thread of their own: the run's process may send a group while this
     # one sends it windows, and with both sends waiting on full pipes neither would read.
@@ -294,9 +258,9 @@ def serve(pipe: Connection, prompter: Prompter, folder: str) -> None:
             del groups[k]
             prompter.forget([d.text for d in documents])
             with clock.stage("write"):
-                results, spooled = spool([to_result(d, group.done[i]).serialised() for i, d in enumerate(documents)],
-                                         folder, k)
-            pipe.send(("done", k, (results, spooled, clock.seconds)))
+                headers, outputs = spool([to_result(d, group.done[i]).without_empty_spans()
+                                          for i, d in enumerate(documents)], folder, k)
+            pipe.send(("done", k, (headers, outputs, clock.seconds)))
         except Exception as e:                         # noqa: BLE001 - handed to the run, which raises it
             groups.pop(k, None)
             try:

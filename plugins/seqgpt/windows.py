@@ -19,8 +19,10 @@ from __future__ import annotations
 import bisect
 import re
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Sequence
+
+import msgspec
 
 from contracts.domain import Document, InputError, Result, Span
 from plugins.seqgpt.prompting import (
@@ -203,7 +205,7 @@ def plan(document: Document, tokenizer, mode: str = "truncate", markers: str = "
 # ---- merging the windows' results ---------------------------------------------------------------------------
 
 def _moved(span: Span, by: int) -> Span:
-    return span if span.offset is None else replace(span, offset=(span.offset[0] + by, span.offset[1] + by))
+    return span if span.offset is None else msgspec.structs.replace(span, offset=(span.offset[0] + by, span.offset[1] + by))
 
 
 def merge(p: Plan, results: Sequence[Result]) -> Result:

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from benchmarks.density import DENSITIES, calibrate
-from contracts.domain import Document, Result, Span
+from contracts.domain import Document
 from plugins.optimizations import host_workers
 from plugins.rexuninlu.loading import load_tokenizer
 from plugins.rexuninlu.prompting import Prompter
-from plugins.rexuninlu.workers import serve, spool, unspool
+from plugins.rexuninlu.transport import WrittenResult
+from plugins.rexuninlu.workers import serve
 from tests.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
 from workstation import engine, plugins
 from workstation.run_config import RunConfig
@@ -63,7 +64,7 @@ def test_host_workers_write_what_one_process_writes(rex, density):
         assert sum(line.count('"type"') for line in alone) > 20 * len(docs) and shift
     assert report.documents == len(docs) and len(rex.workers.processes) == 2
     assert report.stages["prepare"] > 0 and report.stages["decode"] > 0        # the workers' seconds, added
-    assert all("_output" in vars(r) for r in results)                            # crossed as their JSON
+    assert all(isinstance(r, WrittenResult) and r._tuples is None for r in results)  # crossed as their JSON
     assert os.listdir(rex.workers.folder) == []                                 # every group's file read and removed
     assert_same_outputs([r.to_json()["output"] for r in results], [json.loads(line)["output"] for line in alone], ONE_STEP)
 
@@ -71,7 +72,7 @@ def test_host_workers_write_what_one_process_writes(rex, density):
 def test_a_run_of_one_batch_stays_in_the_runs_process(rex):
     rex.knobs.host_workers = 2
     results = list(rex.extract(mixed_documents(4, seed=4), batch_size=4))
-    assert all("tuples" in vars(r) for r in results)
+    assert not any(isinstance(r, WrittenResult) for r in results)
     rex.knobs.host_workers = 0
 
 
@@ -107,32 +108,6 @@ def test_a_failure_inside_a_worker_comes_back_as_the_exception(rex_tiny, tmp_pat
     assert not worker.is_alive()
 
 
-def serialised_results() -> list[Result]:
-    spans = [[Span("人物", "张三", (0, 2), confidence=0.9)], [Span("地点", "北京=1+1", (3, 9))]]
-    return [Result("a", spans, coverage=[(0, 9)]).serialised(), Result("b", [], warnings=["cut"]).serialised(),
-            Result("c", spans[:1], raw=["x"]).serialised()]
-
-
-def test_results_cross_through_a_file_and_come_back_whole(tmp_path):
-    sent = serialised_results()
-    rest, spooled = spool(serialised_results(), str(tmp_path), 7)
-    assert spooled is not None and os.listdir(tmp_path) == [os.path.basename(spooled[0])]
-    assert all("_output" not in vars(r) for r in rest)                  # the bytes are in the file only
-    back = unspool(rest, spooled)
-    assert [r.to_json_line() for r in back] == [r.to_json_line() for r in sent]
-    assert back[0].tuples[0][0].span == "张三" and back[1].warnings == ["cut"] and os.listdir(tmp_path) == []
-
-
-@pytest.mark.parametrize("folder", ["gone", ""])
-def test_results_cross_whole_where_no_file_can_be_written(tmp_path, folder, monkeypatch):
-    """A folder that went away, or none (the pool found no writable temporary folder)."""
-    monkeypatch.chdir(tmp_path)                   # where a file named relative to no folder would land
-    sent = serialised_results()
-    rest, spooled = spool(serialised_results(), str(tmp_path / folder) if folder else "", 7)
-    assert spooled is None and unspool(rest, None) is rest and os.listdir(tmp_path) == []
-    assert [r.to_json_line() for r in rest] == [r.to_json_line() for r in sent]
-
-
 def test_a_pool_without_a_temporary_folder_sends_its_results_through_the_pipe(rex, monkeypatch):
     from plugins.rexuninlu import workers
 
@@ -148,15 +123,6 @@ def test_a_pool_without_a_temporary_folder_sends_its_results_through_the_pipe(re
     finally:
         rex.workers.close()
     assert_same_outputs(*([json.loads(line)["output"] for line in lines] for lines in (alone, shared)), ONE_STEP)
-
-
-def test_a_results_file_cut_short_fails_clearly(tmp_path):
-    rest, (path, sizes) = spool(serialised_results(), str(tmp_path), 1)
-    with open(path, "r+b") as f:
-        f.truncate(sum(sizes) - 1)
-    with pytest.raises(RuntimeError, match="cut short"):
-        unspool(rest, (path, sizes))
-    assert not os.path.exists(path)
 
 
 def test_the_host_workers_optimization_switches_the_knob_and_applies_to_rexuninlu_only(rex, monkeypatch):

@@ -78,7 +78,7 @@ def test_csv_grounded_column_says_true_for_located_spans_false_for_ungrounded_an
     # RexUniNLU leaves Span.grounded unset (every span it returns has offsets): the UI shows such spans as
     # grounded, and the export said nothing (an empty cell on every row).
     doc = Document("r1", "张三在北京", {"人物": None, "地点": None})
-    result = Result("r1", [[Span.located("人物", "张三", (0, 2), 0.9)], [Span("地点", "北京", (3, 5), 0.8)],
+    result = Result("r1", [[Span("人物", "张三", (0, 2), 0.9)], [Span("地点", "北京", (3, 5), 0.8)],
                            [Span("情感", "正面", None, 0.7)], [Span("地点", "上海", None, None, False)]])
     run_id = store.record_run(make_report([result]), [doc], "ui")
     path = tmp_path / "spans.csv"

@@ -25,7 +25,7 @@ def report(documents=0):
 
 
 def item(n):
-    return Document(str(n), f"张三{n}在北京", {"人物": None}), Result(str(n), [[Span.located("人物", "张三", (0, 2), 0.9)]])
+    return Document(str(n), f"张三{n}在北京", {"人物": None}), Result(str(n), [[Span("人物", "张三", (0, 2), 0.9)]])
 
 
 def rows(tmp_path):
