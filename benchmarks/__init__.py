@@ -72,7 +72,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--train-batch", type=int, default=None, help="train-step: rows per step (default 16 / 8)")
     p.add_argument("--train-len", type=int, default=None, help="train-step: tokens per row (default 512 / 1024)")
     p.add_argument("--train-steps", type=int, default=5, help="train-step: timed steps after warm-up")
-    p.add_argument("--clients", type=int, default=16, help="api-load: concurrent HTTP clients")
+    p.add_argument("--clients", type=int, default=16, help="api-load, api-memory: HTTP client processes")
+    p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2],
+                   help="api-load: server processes of its micro-batched rows (default 1,2); api-memory: the first")
     p.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="host-memory: input sizes in documents (default 20000,200000); cli-e2e: (default --docs)")
     p.add_argument("--record", default="on", choices=["on", "off", "both"],

@@ -88,6 +88,8 @@ def build_parser(listing: bool = False) -> argparse.ArgumentParser:
     v = sub.add_parser("serve", help="the HTTP API and Label Studio ML backend (docs/api.md)")
     v.add_argument("--host", default=None, help="default: [api] host in settings.toml (127.0.0.1)")
     v.add_argument("--port", type=int, default=None, help="default: [api] port in settings.toml (8502)")
+    v.add_argument("--workers", type=int, default=None,
+                   help="server processes, each with its own models (default: [api] workers, 1)")
 
     f = sub.add_parser("finetune", help="fine-tune a model on gold examples")
     f.add_argument("finetune_args", nargs=argparse.REMAINDER)
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             s = load_settings()
             check_exposure(args.host or s.api.host, s.api.token)      # before anything is written or loaded
             ensure_demo_weights(s)
-            return serve(s, args.host, args.port)
+            return serve(s, args.host, args.port, args.workers)
         if command == "corpus":
             return corpus(args)
         if command == "demo-weights":

@@ -61,6 +61,9 @@ class ApiSettings(_Section):
     batch_wait_ms: float = 5.0       # how long the first request waits for others to share its pass
     max_batch_documents: int = 64    # documents per shared forward pass
     timeout_s: float = 120.0         # per /v1/extract request, queueing included
+    # server processes; each loads its own models and shares the history (SQLite, WAL). >1 where one Python
+    # process is the limit (a CPU host); the CPU's cores are split between them.
+    workers: Annotated[int, Field(ge=1, le=64)] = 1
     label_studio_model: str = ""     # the model behind /ls; "" = the first installed one that reads a schema
 
 

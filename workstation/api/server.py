@@ -1,7 +1,18 @@
-"""`launcher.py serve`: the API under uvicorn, on loopback unless told otherwise (and then only with a token)."""
+"""`launcher.py serve`: the API under uvicorn, on loopback unless told otherwise (and then only with a token).
+
+With `[api] workers` (or --workers) above 1, uvicorn runs that many server processes on one port. Each has its own
+models, lanes and recorder, and a share of the CPU's cores; they share the history (SQLite in WAL mode: one writer
+at a time, readers never wait) and the job queue (claims are atomic in the database, as between the UI and the
+API). What one process keeps in memory is its own: a Label Studio project connected by /ls/setup is known to the
+process that answered it, so with several workers send `label_config` with each /ls/predict.
+"""
 from __future__ import annotations
 
 import ipaddress
+import os
+import pickle
+import tempfile
+from pathlib import Path
 
 from workstation.settings import Settings
 
@@ -36,12 +47,45 @@ def check_exposure(host: str, token: str) -> None:
                          "'import secrets; print(secrets.token_urlsafe(24))' and set [api] token or IEW_API_TOKEN)")
 
 
-def serve(settings: Settings, host: str | None = None, port: int | None = None) -> int:
+def serve(settings: Settings, host: str | None = None, port: int | None = None, workers: int | None = None) -> int:
     import uvicorn
 
-    from workstation.api.app import create_app
     host, port = host or settings.api.host, port or settings.api.port
+    workers = settings.api.workers if workers is None else workers
+    if workers < 1:
+        raise SystemExit(f"refusing to serve with {workers} worker processes: --workers must be 1 or more")
     check_exposure(host, settings.api.token)
     print(f"IE Workstation API on http://{host}:{port} (docs: /docs; Label Studio ML backend: /ls)")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    options = {"host": host, "port": port, "log_level": "info", "timeout_graceful_shutdown": 5}
+    if workers == 1:
+        from workstation.api.app import create_app
+        uvicorn.run(create_app(settings), **options)
+        return 0
+    # Several processes: uvicorn starts each from an import string, so the settings travel in a private file.
+    with tempfile.TemporaryDirectory(prefix="iew-serve-") as folder:
+        handed = Path(folder) / "settings.pickle"
+        handed.write_bytes(pickle.dumps(settings))
+        os.environ[SETTINGS_ENV], os.environ[THREADS_ENV] = str(handed), str(threads_per_worker(workers))
+        print(f"{workers} worker processes, {threads_per_worker(workers)} CPU thread(s) each")
+        uvicorn.run("workstation.api.server:worker_app", factory=True, workers=workers, **options)
     return 0
+
+
+SETTINGS_ENV = "IEW_API_WORKER_SETTINGS"     # the pickled Settings a worker process serves
+THREADS_ENV = "IEW_API_WORKER_THREADS"       # its share of the CPU's cores
+
+
+def threads_per_worker(workers: int) -> int:
+    """The cores this process may use, split evenly: PyTorch's threads in several processes each sized for the
+    whole machine oversubscribe it, and on a busy CPU that cost the tiny model more than ten times its speed."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // workers)
+
+
+def worker_app():
+    """One worker process of `serve --workers N`: its own models, lanes and recorder over the shared history."""
+    import torch
+
+    from workstation.api.app import create_app
+    torch.set_num_threads(int(os.environ[THREADS_ENV]))
+    return create_app(pickle.loads(Path(os.environ[SETTINGS_ENV]).read_bytes()))
