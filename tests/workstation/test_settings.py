@@ -120,3 +120,15 @@ def test_the_cli_prints_one_line_and_exits_2_on_a_bad_settings_file(settings_tom
     err = capsys.readouterr().err
     assert err == f"error: {settings_toml}: [models.rexuninlu] has no setting 'batchsize'; " \
                   "known: weights, device, dtype, batch_size\n"
+
+
+def test_the_launcher_puts_the_compile_caches_beside_a_relative_database_of_the_settings_file(settings_toml, tmp_path,
+                                                                                             monkeypatch):
+    import launcher
+    settings_toml.write_text('[storage]\ndatabase = "db/runs.db"\n', "utf-8")
+    monkeypatch.setenv("IEW_SETTINGS", str(settings_toml))
+    for name in ("IEW_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    launcher.point_compile_caches()
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "conf" / "db" / "cache" / "triton")
+    assert load_settings().path("db/cache") == tmp_path / "conf" / "db" / "cache"     # where the settings put it
