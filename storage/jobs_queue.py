@@ -53,11 +53,6 @@ class JobQueue:
         with self._read() as s:
             return job_status(_job(s, job_id))
 
-    def job_state(self, job_id: int) -> str:
-        """Just the status: what a worker checks between slices."""
-        with self._read() as s:
-            return _job(s, job_id).status
-
     def unfinished_jobs(self) -> list[JobStatus]:
         """Queued or running jobs, oldest first (what `JobRunner.resume_unfinished` looks at)."""
         with self._read() as s:
@@ -92,17 +87,6 @@ class JobQueue:
                 return False                     # a corpus job resumes by running its command again
             _release(s, job_id)
             job.status, job.error, job.owner, job.finished_at, job.updated_at = "queued", None, None, None, utcnow()
-            return True
-
-    def delete_job(self, job_id: int) -> bool:
-        """Delete a job and its items (a Run it recorded stays in the history)."""
-        with self._write() as s:
-            job = s.get(JobRecord, job_id)
-            if job is None:
-                return False
-            if job.status == "running":
-                raise ValueError(f"job {job_id} is running; cancel it first")
-            s.delete(job)
             return True
 
     def job_items_pending(self, job_id: int, limit: int | None = None) -> list[tuple[int, Document]]:
