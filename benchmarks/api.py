@@ -111,7 +111,7 @@ def _bodies(items: list[dict], optimizations: list[str], dtype: str | None, batc
 
 def _clients(url: str, bodies: list[dict], clients: int, folder: Path, keep_answers: bool = True,
              during=None) -> tuple[float, list[dict]]:
-    """Start the client processes, let them warm up, then time them all from one start to the last one's end.
+    """Start the client processes, let them warm up, then time them all from one start to the last answer.
     `during(seconds_since_start)` is called every RSS_SAMPLE_S while they run."""
     procs = []
     for i in range(clients):
@@ -119,13 +119,15 @@ def _clients(url: str, bodies: list[dict], clients: int, folder: Path, keep_answ
         with open(share, "w", encoding="utf-8") as f:
             for body in bodies[i::clients]:
                 f.write(json.dumps(body, ensure_ascii=False) + "\n")
-        args = [sys.executable, "-m", "benchmarks.api_client", url, str(share), str(folder / f"client{i}.json"),
+        # As a script, not `-m benchmarks.api_client`: the package's __init__ imports every benchmark and torch, which
+        # cost each client seconds of start and exit on a busy machine.
+        args = [sys.executable, str(ROOT / "benchmarks" / "api_client.py"), url, str(share), str(folder / f"client{i}.json"),
                 "--warmup", str(WARMUP_REQUESTS)] + ([] if keep_answers else ["--no-answers"])
         procs.append(subprocess.Popen(args, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     for p in procs:
         if p.stdout.readline().strip() != "ready":
             raise RuntimeError("a client process failed before the start")
-    start = time.perf_counter()
+    start = time.perf_counter()                  # for `during`
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
@@ -135,10 +137,12 @@ def _clients(url: str, bodies: list[dict], clients: int, folder: Path, keep_answ
             during(time.perf_counter() - start)
             next_sample += RSS_SAMPLE_S
         time.sleep(0.02)
-    seconds = time.perf_counter() - start
     if any(p.returncode for p in procs):
         raise RuntimeError("a client process failed")
-    return seconds, [json.loads((folder / f"client{i}.json").read_text("utf-8")) for i in range(clients)]
+    parts = [json.loads((folder / f"client{i}.json").read_text("utf-8")) for i in range(clients)]
+    # From the first client's first request to the last one's last answer, by the clients' own clocks: the
+    # processes' exits are no part of the server's time.
+    return max(p["ended"] for p in parts) - min(p["started"] for p in parts), parts
 
 
 def _history_runs(database: Path) -> tuple[int, int]:

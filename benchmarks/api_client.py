@@ -1,10 +1,10 @@
 """One HTTP client of `bench api-load` / `api-memory`, as a process of its own (it imports httpx alone, no torch).
 
-    python3 -m benchmarks.api_client URL REQUESTS.jsonl OUT.json [--warmup N] [--no-answers]
+    python3 benchmarks/api_client.py URL REQUESTS.jsonl OUT.json [--warmup N] [--no-answers]
 
 Each line of REQUESTS.jsonl is one /v1/extract body. The client sends N warm-up requests (the first lines again,
 not counted), prints "ready", waits for a line on its stdin, then sends every line in order, one request at a time,
-and writes {latencies, errors, answers: {id: [output]}, shared, run_ids} to OUT.json (--no-answers: the answers
+and writes {started, ended (epoch seconds), latencies, errors, answers: {id: [output]}, shared, run_ids} to OUT.json (--no-answers: the answers
 and run ids left out, for a long run).
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ def main(argv: list[str]) -> int:
             http.post("/v1/extract", json=body).raise_for_status()
         print("ready", flush=True)
         sys.stdin.readline()
+        started = time.time()
         for body in bodies:
             start = time.perf_counter()
             try:
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> int:
                 for line in got["results"]:
                     answers.setdefault(line["id"], []).append(line["output"])
     with open(out_path, "w", encoding="utf-8") as f:
-        json.dump({"latencies": latencies, "errors": errors, "answers": answers, "shared": shared,
+        json.dump({"started": started, "ended": time.time(), "latencies": latencies, "errors": errors, "answers": answers, "shared": shared,
                    "run_ids": run_ids}, f, ensure_ascii=False)
     return 0
 
