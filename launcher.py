@@ -48,9 +48,9 @@ LABEL_STUDIO_FAILED = ROOT / ".venv-labelstudio.failed"          # why the last 
 
 
 def install_label_studio() -> str:
-    """The real Label Studio for the ML-backend test, in its own venv (its pins clash with ours), with an empty
-    database migrated once (migrating takes minutes; the test copies it). Stamped per content of
-    requirements-labelstudio.txt like install(). Returns "" when ready, else why not (also kept in
+    """The real Label Studio for the ML-backend test, in its own venv (its pins clash with ours), from its own
+    hashed lock, with an empty database migrated once (migrating takes minutes; the test copies it). Stamped per
+    content of requirements-labelstudio.txt like install(). Returns "" when ready, else why not (also kept in
     LABEL_STUDIO_FAILED for the test to report)."""
     requirements = ROOT / "requirements-labelstudio.txt"
     digest = hashlib.sha256(requirements.read_bytes()).hexdigest()
@@ -62,7 +62,8 @@ def install_label_studio() -> str:
           file=sys.stderr)
     env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(LABEL_STUDIO_TEMPLATE)}
     steps = [[sys.executable, "-m", "venv", str(LABEL_STUDIO_VENV)] if not python.exists() else None,
-             [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-r", str(requirements)],
+             [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--require-hashes", "-r",
+              str(requirements)],
              [str(LABEL_STUDIO_VENV / "bin" / "label-studio"), "version", "--data-dir", str(LABEL_STUDIO_TEMPLATE)]]
     for step in filter(None, steps):
         try:

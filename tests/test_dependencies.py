@@ -16,7 +16,7 @@ import launcher
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
-LOCKS = ("requirements.txt", "requirements-corpus.txt", "requirements-dev.txt")
+LOCKS = ("requirements.txt", "requirements-corpus.txt", "requirements-dev.txt")        # agree with each other
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\$")
 
 
@@ -40,7 +40,7 @@ def read_lock(name: str) -> dict[str, tuple[Version, list[str]]]:
     return pins
 
 
-@pytest.mark.parametrize("lock", LOCKS)
+@pytest.mark.parametrize("lock", [*LOCKS, "requirements-labelstudio.txt"])
 def test_every_package_of_a_lock_is_pinned_exactly_with_its_hashes(lock):
     assert len(read_lock(lock)) > 50
 
@@ -93,3 +93,20 @@ def test_the_launcher_installs_a_lock_with_require_hashes_and_the_editable_plugi
         ["--disable-pip-version-check", "-q", "--require-hashes", "-r", str(ROOT / "requirements.txt")],
         ["--disable-pip-version-check", "-q", "--no-deps", "--no-build-isolation", "-r",
          str(ROOT / "requirements-examples.txt")]]
+
+
+def test_label_studios_lock_holds_the_extras_range_and_is_installed_with_require_hashes(tmp_path, monkeypatch):
+    assert fits(PROJECT["optional-dependencies"]["label-studio"], "requirements-labelstudio.txt") == []
+    ranges = [line for line in (ROOT / "requirements-labelstudio.in").read_text("utf-8").splitlines()
+              if line and not line.startswith("#")]
+    assert ranges == PROJECT["optional-dependencies"]["label-studio"]
+    steps = []
+    monkeypatch.setattr(launcher, "LABEL_STUDIO_VENV", tmp_path / "ls")
+    monkeypatch.setattr(launcher, "LABEL_STUDIO_TEMPLATE", tmp_path / "ls" / "template")
+    monkeypatch.setattr(launcher, "LABEL_STUDIO_FAILED", tmp_path / "failed")
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: steps.append(argv) or subprocess.CompletedProcess(argv, 0))
+    (tmp_path / "ls").mkdir()
+    assert launcher.install_label_studio() == ""
+    pip = next(argv for argv in steps if "pip" in argv)
+    assert pip[pip.index("install"):] == ["install", "--disable-pip-version-check", "-q", "--require-hashes", "-r",
+                                          str(ROOT / "requirements-labelstudio.txt")]
