@@ -22,21 +22,22 @@ def inside_venv() -> bool:
     return Path(sys.prefix).resolve() == VENV.resolve()
 
 
-def install(requirements: Path, locked: bool = True) -> None:
-    """pip install -r once per content of the file (a stamp in .venv/ remembers it). A locked file (compiled by
+def install(requirements: Path) -> None:
+    """pip install -r once per content of the file (a stamp in .venv/ remembers it). A lock (compiled by
     .ci/lock: every package of the tree, pinned, with its hashes) is installed with --require-hashes, so nothing
-    unpinned or altered comes in. A file of editable installs (-e PATH; their needs are in a lock) is installed
+    unpinned or altered comes in. A file of editable installs (-e PATH; what they need is in a lock) is installed
     without dependencies and stamped with this folder too, since the venv then runs code from this checkout;
     paths in it are relative to this folder."""
     content = requirements.read_bytes()
-    if b"\n-e " in b"\n" + content:
+    editable = b"\n-e " in b"\n" + content
+    if editable:
         content += str(ROOT).encode()
     digest = hashlib.sha256(content).hexdigest()
     stamp = VENV / f".installed-{requirements.name}"
     if stamp.exists() and stamp.read_text() == digest:
         return
     print(f"[launcher] installing {requirements.name} into {VENV} (first run only) ...", file=sys.stderr)
-    how = ["--require-hashes"] if locked else ["--no-deps", "--no-build-isolation"]
+    how = ["--no-deps", "--no-build-isolation"] if editable else ["--require-hashes"]
     subprocess.check_call([str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check", "-q", *how,
                            "-r", str(requirements)], cwd=ROOT)
     stamp.write_text(digest)
@@ -104,7 +105,7 @@ def bootstrap(with_tests: bool) -> None:
     install_workstation()
     if with_tests:
         install(ROOT / "requirements-dev.txt")
-        install(ROOT / "requirements-examples.txt", locked=False)     # the example plugin (docs/plugins.md)
+        install(ROOT / "requirements-examples.txt")     # the example plugin (docs/plugins.md), for its tests
         install_label_studio()
         install(ROOT / "requirements-corpus.txt")       # the corpus tests run Ray too
 

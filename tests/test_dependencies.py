@@ -87,7 +87,7 @@ def test_the_launcher_installs_a_lock_with_require_hashes_and_the_editable_plugi
     monkeypatch.setattr(launcher, "VENV", tmp_path)
     monkeypatch.setattr(subprocess, "check_call", lambda argv, **kw: calls.append(argv))
     launcher.install(ROOT / "requirements.txt")
-    launcher.install(ROOT / "requirements-examples.txt", locked=False)
+    launcher.install(ROOT / "requirements-examples.txt")
     launcher.install(ROOT / "requirements.txt")                 # stamped: not again
     assert [argv[argv.index("install") + 1:] for argv in calls] == [
         ["--disable-pip-version-check", "-q", "--require-hashes", "-r", str(ROOT / "requirements.txt")],
