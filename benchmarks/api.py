@@ -270,6 +270,7 @@ def _rss_mib(pid: int) -> float:
 
 
 def api_memory(args) -> dict:
+    from benchmarks import save as save_partial
     from workstation import engine
     device = engine.resolve_device(args.device)
     weights, batch_size = _weights(args, device), args.batch_sizes[0]
@@ -288,6 +289,8 @@ def api_memory(args) -> dict:
         samples.append({"s": round(seconds, 1), "rss_MiB": round(_rss_mib(server.pid), 1), "runs": runs})
         if len(samples) % 12 == 1:
             print(samples[-1], flush=True)
+            if args.out:                         # a run cut short still leaves its curve
+                save_partial({"env": environment(device), "samples": samples}, args.out)
     try:
         seconds, parts = _clients(f"http://127.0.0.1:{port}", _bodies(items, optimizations, dtype, batch_size),
                                   args.clients, folder, keep_answers=False, during=sample)

@@ -27,6 +27,20 @@ def test_serve_refuses_fewer_than_one_worker_before_anything_starts():
         server.serve(Settings(api=ApiSettings()), workers=0)
 
 
+def test_the_server_hands_the_interpreter_lock_over_often(monkeypatch):
+    # At Python's 5 ms the event loop queued behind the model's thread after every socket read and write.
+    import uvicorn
+    seen = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: seen.append(sys.getswitchinterval()))
+    monkeypatch.setattr("workstation.api.app.create_app", lambda settings: None)
+    before = sys.getswitchinterval()
+    try:
+        server.serve(Settings(api=ApiSettings()), workers=1)
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(server.SWITCH_INTERVAL_S)] and server.SWITCH_INTERVAL_S <= 0.001
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

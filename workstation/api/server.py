@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import pickle
+import sys
 import tempfile
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None, 
     check_exposure(host, settings.api.token)
     print(f"IE Workstation API on http://{host}:{port} (docs: /docs; Label Studio ML backend: /ls)")
     options = {"host": host, "port": port, "log_level": "info", "timeout_graceful_shutdown": 5}
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     if workers == 1:
         from workstation.api.app import create_app
         uvicorn.run(create_app(settings), **options)
@@ -71,6 +73,11 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None, 
     return 0
 
 
+# How long a thread may hold the interpreter lock while another waits for it (Python's default: 5 ms). A server
+# process has an event loop doing short bits of I/O and a lane thread running the model's Python; at 5 ms the loop
+# waited up to that long after every socket read and write (a convoy), which capped a CPU server at about one
+# request per few switch intervals. 0.5 ms: +12 % to +39 % requests/s on the 2-core box (docs/benchmarks.md).
+SWITCH_INTERVAL_S = 0.0005
 SETTINGS_ENV = "IEW_API_WORKER_SETTINGS"     # the pickled Settings a worker process serves
 THREADS_ENV = "IEW_API_WORKER_THREADS"       # its share of the CPU's cores
 
@@ -88,4 +95,5 @@ def worker_app():
 
     from workstation.api.app import create_app
     torch.set_num_threads(int(os.environ[THREADS_ENV]))
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     return create_app(pickle.loads(Path(os.environ[SETTINGS_ENV]).read_bytes()))
