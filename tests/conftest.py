@@ -1,12 +1,9 @@
 """Shared test setup: CPU only, no installed third-party plugins, tiny generated checkpoints."""
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 # Installed third-party plugins never load in tests, nor in the processes tests start (the CLI, job workers,
 # Ray), unless a test names a distribution: a plugin another test is installing or removing meanwhile
 # (tests/examples) must not be half-imported there.

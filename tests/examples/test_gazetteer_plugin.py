@@ -163,7 +163,7 @@ def test_no_demo_weights_are_written_or_announced_for_it(tmp_path, gazetteer_plu
 
 def test_a_model_that_needs_weights_and_has_no_demo_weights_says_what_to_do(tmp_path, settings_file, capsys):
     from contracts import WeightsError, hookimpl
-    from tests.ui.fake_plugin import FakeFamily
+    from tests.workstation.ui.fake_plugin import FakeFamily
     from workstation import engine, plugins
     from workstation.cli import ensure_demo_weights
     from workstation.settings import load_settings

@@ -1,12 +1,10 @@
 """Fixtures for the store and exporter tests: a store in tmp_path and runs with awkward content."""
 from __future__ import annotations
 
-# tests/conftest.py puts the repository on sys.path and keeps installed plugins out (IEW_LOAD_PLUGINS="").
 import pytest
 
 from storage import open_store
-
-from sample_runs import make_report, ner_run
+from tests.storage.sample_runs import make_report, ner_run
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ import pytest
 from contracts.domain import Document, InputError
 from storage.datasets import export_dataset, split_examples
 from storage.views import NotFound
-
-from sample_runs import ner_run
+from tests.storage.sample_runs import ner_run
 
 CORRECTED = [[{"type": "人物", "span": "张三", "offset": [0, 2]}, {"type": "出生地", "span": "北京", "offset": [5, 7]}],
              [{"type": "组织", "span": "阿里巴巴", "offset": [12, 16], "confidence": 0.5}]]

@@ -13,10 +13,9 @@ import pytest
 from contracts.domain import Document, Result, Span
 from contracts.hookspecs import hookimpl
 from plugins import exporters as ex
+from tests.storage.sample_runs import make_report, ner_run
 from workstation import exports
 from workstation.plugins import pm
-
-from sample_runs import make_report, ner_run
 
 FORMATS = ["jsonl", "csv", "excel", "parquet", "label-studio", "doccano"]
 

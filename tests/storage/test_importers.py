@@ -6,10 +6,9 @@ import json
 import pytest
 
 from contracts.domain import Document, InputError, Result, Span
+from tests.storage.sample_runs import make_report, ner_run
 from workstation import exports
 from workstation import importers as im
-
-from sample_runs import make_report, ner_run
 
 TEXT = "马云创办了阿里巴巴。7月28日，天津泰达在德比战中以0-1负于天津天海。🙂张三在北京"
 SCHEMA = {"人物": None, "组织机构": {"创始人(人物)": None}, "胜负(事件触发词)": {"时间": None, "败者": None},

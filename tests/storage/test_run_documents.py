@@ -7,8 +7,7 @@ import pytest
 from contracts.domain import Document, Result, Span
 from storage.repository import DocumentFilter, NotFound
 from storage.run_documents import snippet
-
-from sample_runs import make_report
+from tests.storage.sample_runs import make_report
 
 
 def _doc(i: int) -> tuple[Document, Result]:

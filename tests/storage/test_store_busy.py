@@ -10,8 +10,7 @@ import pytest
 
 from storage import open_store, records
 from storage.repository import Store, StoreBusy
-
-from sample_runs import make_report, ner_run
+from tests.storage.sample_runs import make_report, ner_run
 
 
 @pytest.fixture

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from tests.storage.sample_runs import make_report, ner_run
 from tests.threads import errors_on_threads
-
-from sample_runs import make_report, ner_run
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,8 +60,7 @@ def test_two_threads_record_runs_at_once_without_losing_any(store):
 CHILD = textwrap.dedent("""
     import sys, time, types
     from pathlib import Path
-    sys.path[:0] = [{root!r}, {here!r}]
-    from sample_runs import ner_run
+    from tests.storage.sample_runs import ner_run
     from storage import open_store
     store = open_store({db!r})
     docs, results = ner_run()
@@ -80,7 +78,7 @@ CHILD = textwrap.dedent("""
 
 def test_processes_and_a_thread_write_the_same_file_at_once(store, tmp_path):
     go = str(tmp_path / "go")
-    script = CHILD.format(root=str(ROOT), here=str(Path(__file__).parent), db=str(store.path), go=go)
+    script = CHILD.format(db=str(store.path), go=go)
     children = [subprocess.Popen([sys.executable, "-c", script, str(n)], stderr=subprocess.PIPE, text=True)
                 for n in range(3)]
     deadline = time.monotonic() + 60

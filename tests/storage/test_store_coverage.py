@@ -10,9 +10,8 @@ from contracts.domain import Document, Result, Span
 from storage import migrations, open_store
 from storage.database import create_sqlite_engine
 from storage.repository import Store
+from tests.storage.sample_runs import make_report
 from workstation.exports import export_runs
-
-from sample_runs import make_report
 
 TEXT = "第一句话。第二句话。第三句话。"
 

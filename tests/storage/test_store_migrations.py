@@ -9,9 +9,8 @@ from sqlalchemy import inspect
 from storage import migrations, open_store
 from storage.database import create_sqlite_engine
 from storage.tables import Base
+from tests.storage.sample_runs import make_report, ner_run
 from tests.threads import errors_on_threads
-
-from sample_runs import make_report, ner_run
 
 ALL = [m.__name__ for m in migrations.MIGRATIONS]
 

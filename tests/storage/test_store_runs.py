@@ -9,8 +9,7 @@ import pytest
 from contracts.domain import Document, Result, Span
 from storage import open_store, record_cli_run
 from storage.repository import NotFound, weights_checksum
-
-from sample_runs import make_report, ner_run
+from tests.storage.sample_runs import make_report, ner_run
 
 
 def test_recorded_run_reads_back_identical(recorded):

@@ -1,7 +1,7 @@
 """Confidence thresholds saved for weights, and the thresholds a run applied kept in its settings snapshot."""
 from __future__ import annotations
 
-from sample_runs import make_report, ner_run
+from tests.storage.sample_runs import make_report, ner_run
 
 
 def test_the_newest_thresholds_for_the_weights_apply(store, tmp_path):

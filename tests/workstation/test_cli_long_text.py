@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.ui.fake_plugin import FakeFamily
+from tests.workstation.ui.fake_plugin import FakeFamily
 from workstation import cli
 
 LINE = {"id": "1", "text": "Alice met Bob", "schema": {"Alice": None}}
@@ -15,7 +15,7 @@ LINE = {"id": "1", "text": "Alice met Bob", "schema": {"Alice": None}}
 
 @pytest.fixture
 def fake_weights(tmp_path):
-    from tests.ui.fake_plugin import FakePlugin
+    from tests.workstation.ui.fake_plugin import FakePlugin
     from workstation import plugins
     plugins.load_plugins()
     plugin = FakePlugin()

@@ -2,7 +2,7 @@
 
 The UI tests' fake model stands in, for its one known confidence: it labels a `[CLASSIFY]` text with
 the schema's first type at confidence 0.75. RexUniNLU's own span confidences through `--thresholds saved`:
-tests/workstation/test_rexuninlu_thresholds.py."""
+tests/workstation/quality/test_rexuninlu_thresholds.py."""
 import json
 
 import pytest
@@ -17,7 +17,7 @@ LINE = {"id": "c", "text": "[CLASSIFY]很好看", "schema": {"正向": None, "�
 @pytest.fixture
 def fake_weights(tmp_path):
     """The fake model registered for one test, and its weights."""
-    from tests.ui.fake_plugin import FakePlugin
+    from tests.workstation.ui.fake_plugin import FakePlugin
     from workstation import plugins
     plugins.load_plugins()
     plugin = FakePlugin()

@@ -10,9 +10,8 @@ from workstation.settings import ROOT
 
 # A child as launcher.main sets itself up, then Triton's cache manager: where it looks, and whether it finds the
 # entry the previous child put there.
-PROBE = f"""
+PROBE = """
 import sys
-sys.path.insert(0, {str(ROOT)!r})
 import launcher
 launcher.point_compile_caches()
 assert "torch" not in sys.modules and "triton" not in sys.modules
@@ -28,7 +27,7 @@ def probe(env: dict) -> tuple[str, bool]:
     clean = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR",
                                                               "IEW_CACHE_DIR", "IEW_SETTINGS")}
     done = subprocess.run([sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True,
-                          timeout=120, check=True)
+                          timeout=120, check=True, cwd=ROOT)
     folder, found = done.stdout.split()
     return folder, found == "True"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from contracts.domain import Document
-from tests.jobs.fake_model import FakeFamily
+from tests.workstation.jobs.fake_model import FakeFamily
 from workstation import engine
 from workstation.run_config import RunConfig
 

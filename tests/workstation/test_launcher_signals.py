@@ -14,7 +14,7 @@ import urllib.request
 import psutil
 import pytest
 
-from tests.ui.test_browser_e2e import ROOT, write_server_settings
+from tests.workstation.ui.test_browser_e2e import ROOT, write_server_settings
 
 
 def port_is_free(port: int) -> bool:

@@ -1,6 +1,6 @@
 """The host builds inputs from what a model declares it reads (`ModelFamily.reads`), never from the input's type.
 
-`fakegen` (tests/ui/fake_plugin.py) reads a task and labels, as SeqGPT does, and its presets hold label
+`fakegen` (tests/workstation/ui/fake_plugin.py) reads a task and labels, as SeqGPT does, and its presets hold label
 lists only (one a tuple); `fakeie` reads a schema, as RexUniNLU does.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from contracts.domain import Document, InputError
 from contracts.names import Reads
-from tests.ui.fake_plugin import FakeFamily, FakeLabelsFamily, FakePlugin
+from tests.workstation.ui.fake_plugin import FakeFamily, FakeLabelsFamily, FakePlugin
 from workstation.inputs import defaults_for, read_valid_documents
 from workstation.ui import runs, schema_editor
 from workstation.ui.gold_editor import allowed_types

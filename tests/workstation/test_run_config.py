@@ -10,7 +10,7 @@ import pytest
 
 from contracts.domain import Document, InputError
 from contracts.hookspecs import hookimpl
-from tests.jobs.fake_model import FakeFamily, registered
+from tests.workstation.jobs.fake_model import FakeFamily, registered
 from workstation import engine, settings
 from workstation.run_config import Overrides, RunConfig, resolve
 

@@ -11,8 +11,8 @@ import pytest
 
 from contracts.domain import Document, InputError
 from contracts.model import Knobs
-from tests.jobs.fake_model import FakeFamily, FakeModel, registered
 from tests.threads import errors_on_threads
+from tests.workstation.jobs.fake_model import FakeFamily, FakeModel, registered
 from workstation import engine
 from workstation.run_config import RunConfig
 
@@ -135,7 +135,7 @@ def test_the_dtype_rule_an_asked_dtype_wins_a_configured_one_applies_where_no_op
 
 
 def test_two_threads_never_run_one_model_at_once(tmp_path):
-    from tests.ui.fake_plugin import FakeFamily as IeFamily
+    from tests.workstation.ui.fake_plugin import FakeFamily as IeFamily
     model = IeFamily().load(IeFamily().write_demo_weights(tmp_path / "w"), "cpu")
     docs = [Document(str(i), "Alice " * 20, schema={"Alice": None}) for i in range(300)]
 
