@@ -145,8 +145,8 @@ def rex_e2e(args) -> dict:
     """Documents/s end to end (tokenise -> batch -> forward -> decode -> serialise), where the time
     went, at three output densities; outputs compared with one window at a time in fp32.
 
-    "Before" rows run the host path as it was before the end-to-end rebuild (each batch read back
-    before the next is queued; spans paired on the host), so one run shows what the rebuild changed.
+    The "before" rows of docs/benchmarks.md (the host path before the end-to-end rebuild) are no longer
+    run: the switches that selected that path left the product with #32.
     """
     from benchmarks import save
     from benchmarks.density import DENSITIES, calibrate
@@ -159,21 +159,15 @@ def rex_e2e(args) -> dict:
     sample = [Document(f"c{i}", t, NER_SCHEMA) for i, t in enumerate(mixed_texts(min(48, args.docs), args.seed + 1))]
     big = max(args.batch_sizes)
     workers = args.host_workers or default_workers()
-    plan = [("fp32 eager, one window at a time (traditional), before", 1, ("fp32", "eager", False, False), False),
-            (f"fp32 eager, batch {big}, before", big, ("fp32", "eager", False, False), False),
-            (f"fp32 eager, batch {big}", big, ("fp32", "eager", False, False), True),
-            (f"lossless stack fp32: sdpa + sparse mask + cuda graphs, batch {big}", big, ("fp32", "sdpa", True, True), True),
-            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}, before", big,
-             ("bf16", "triton", True, True), False),
-            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}", big, ("bf16", "triton", True, True), True),
-            (f"fp32 eager + host workers, batch {big}", big, ("fp32", "eager", False, False, workers), True),
+    plan = [("fp32 eager, one window at a time (traditional)", 1, ("fp32", "eager", False, False)),
+            (f"fp32 eager, batch {big}", big, ("fp32", "eager", False, False)),
+            (f"lossless stack fp32: sdpa + sparse mask + cuda graphs, batch {big}", big, ("fp32", "sdpa", True, True)),
+            (f"full stack bf16: triton + sparse mask + cuda graphs, batch {big}", big, ("bf16", "triton", True, True)),
+            (f"fp32 eager + host workers, batch {big}", big, ("fp32", "eager", False, False, workers)),
             (f"full stack bf16: triton + sparse mask + cuda graphs + host workers, batch {big}", big,
-             ("bf16", "triton", True, True, workers), True)]
-    if args.variants:      # the baseline always runs; "before" rows only when a chosen name says "before"
-        def chosen(name: str) -> bool:
-            return any(v in name for v in args.variants) and (
-                not name.endswith(", before") or any("before" in v for v in args.variants))
-        plan = [row for i, row in enumerate(plan) if i == 0 or chosen(row[0])]
+             ("bf16", "triton", True, True, workers))]
+    if args.variants:      # the baseline always runs
+        plan = [row for i, row in enumerate(plan) if i == 0 or any(v in row[0] for v in args.variants)]
     tables: list[dict] = []
     result = {"benchmark": "rex-e2e", "env": environment(device), "weights": str(weights),
               "demo_weights": model.is_demo, "documents": len(docs), "characters": sum(len(d.text) for d in docs),
@@ -181,11 +175,10 @@ def rex_e2e(args) -> dict:
     for density in args.densities or list(DENSITIES):
         configure(model, "fp32", "eager", False)
         calibration = calibrate(model, sample, DENSITIES[density])
-        rows, baseline, produced = [], None, {}
+        rows, baseline = [], None
         tables.append({"density": density, **calibration, "rows": rows})
-        for name, batch, knobs, rebuilt in plan:
+        for name, batch, knobs in plan:
             configure(model, *knobs)
-            model.scorer.pipelined = model.scorer.device_pairing = rebuilt
             # Warm-up: kernels compiled, with CUDA graphs every shape the run meets captured (a workstation
             # captures each once per session; 64 documents left some to the timed run), host workers started.
             engine.run(model, docs if knobs[2] or knobs[4:] else docs[:64], RunConfig(batch_size=batch),
@@ -196,7 +189,6 @@ def rex_e2e(args) -> dict:
             outputs = [json.loads(line)["output"] for line in sink]
             if baseline is None:
                 baseline = (outputs, report.wall_seconds)
-            produced[name] = outputs
             rows.append({"variant": name, "seconds": round(report.wall_seconds, 3),
                          "docs_per_s": round(len(docs) / report.wall_seconds, 1),
                          "vs_one_window": round(baseline[1] / report.wall_seconds, 2),
@@ -209,18 +201,12 @@ def rex_e2e(args) -> dict:
             # fp32 rows may differ from one window only by ties at the threshold (threshold_ties): not a loss.
             differing = rows[-1]["tuples_differing_vs_one_window"]
             rows[-1]["differences_are_fp32_rounding"] = 0 < differing == rows[-1]["of_them_at_the_threshold"]
-            if not name.endswith(", before") and name + ", before" in produced:
-                # the same configuration on the host path before the rebuild: must be identical
-                rows[-1]["identical_to_before"] = same_tuples(outputs, produced[name + ", before"])
             tables[-1]["tuples_per_doc"] = round(sum(len(o) for o in baseline[0]) / len(docs), 1)
-            for ref_name, key in ((f"fp32 eager, batch {big}", "vs_batched_fp32"),
-                                  (f"fp32 eager, batch {big}, before", "vs_batched_fp32_before")):
-                ref = next((r for r in rows if r["variant"] == ref_name), None)
-                for r in rows:
-                    r[key] = round(r["docs_per_s"] / ref["docs_per_s"], 2) if ref else None
+            ref = next((r for r in rows if r["variant"] == f"fp32 eager, batch {big}"), None)
+            for r in rows:
+                r["vs_batched_fp32"] = round(r["docs_per_s"] / ref["docs_per_s"], 2) if ref else None
             if args.out:
                 save(result, args.out)
-    model.scorer.pipelined = model.scorer.device_pairing = True
     configure(model, "fp32", "eager", False)
     return result
 

@@ -110,9 +110,6 @@ class WindowScorer:
         self.batch_rows = 1                # the batch size asked for: sizes the first graph captured
         self.on_backoff: Callable[[int], None] | None = None
         self.clock: Callable[[], StageClock] | None = None     # the run's clock (the model's, per run)
-        # The host path before the end-to-end rebuild, kept for `bench rex-e2e`'s before/after rows:
-        # each batch read back before the next is queued, spans paired on the host.
-        self.pipelined, self.device_pairing = True, True
         self._side = None
         self._staged: dict[tuple[int, int], list] = {}      # (B, L) -> pinned input buffers and their copies' events
 
@@ -245,9 +242,7 @@ class WindowScorer:
     def graph_for(self, p: Packed) -> "CapturedForward":
         if not self.graphs:
             # The largest bucket first, so later, smaller graphs reuse its freed blocks in the shared
-            # pool. bench memory-pool: peak reserved 2,348 -> 2,250 MiB and peak allocated 1,558 ->
-            # 1,365 MiB against capturing in arrival order; the pool itself still stays apart from
-            # eager allocations (docs/benchmarks.md).
+            # pool (`bench memory-pool` measures the saving against arrival order: docs/benchmarks.md).
             self._capture(self.blank(*self.graph_shape(max(p.ids.shape[0], self.batch_rows), MAX_LEN)))
         return self._capture(p)
 
@@ -264,20 +259,6 @@ class WindowScorer:
         return self.graphs[key]
 
     @torch.inference_mode()
-    def forward(self, rows: Sequence[Sequence[Window]]) -> list[list[Links]]:
-        """One batch, launched and read back at once (tests and tools; `score` pipelines batches)."""
-        launched = self.launch(rows)
-        flat = [w for row in rows for w in row]
-        launched.index = [list(range(len(flat)))]
-        out: list[Links | None] = [None] * len(flat)
-        self.collect(launched, out)
-        grouped, k = [], 0
-        for row in rows:
-            grouped.append(out[k:k + len(row)])
-            k += len(row)
-        return grouped
-
-    @torch.inference_mode()
     def launch(self, rows: Sequence[Sequence[Window]]) -> "InFlight":
         """Pack one batch and queue its forward pass and link selection on the device; no waiting."""
         clock = self.clock() if self.clock else None
@@ -291,7 +272,7 @@ class WindowScorer:
                 logits = logits.clone()      # a graph's output is overwritten by the next batch's replay
             # Built on the host and copied without waiting: a plain torch.tensor(..., device=cuda)
             # would make the host wait for the device's queue.
-            extract = torch.tensor([self.device_pairing and not w.need_probs for w in windows] + [False])
+            extract = torch.tensor([not w.need_probs for w in windows] + [False])
             extract = extract.to(self.device, non_blocking=True)
             selection = self.selected_links(logits, p, extract[p.segments])
             probs = [torch.sigmoid(logits[row, start:start + len(w.ids), start:start + len(w.ids)]).float()
@@ -327,9 +308,8 @@ class WindowScorer:
             for k, w in enumerate(f.windows):
                 pr = probs.pop() if w.need_probs else None
                 rc = per_other[k]
-                paired = not w.need_probs and self.device_pairing
                 rows, cols, link_probs = (list(x) for x in zip(*rc)) if rc else ([], [], [])
-                out[flat_index[k]] = Links(rows, cols, pr, per_typed[k] if paired else None, link_probs)
+                out[flat_index[k]] = Links(rows, cols, pr, None if w.need_probs else per_typed[k], link_probs)
 
     def side_stream(self):
         if self.device.type != "cuda":
@@ -391,18 +371,6 @@ class WindowScorer:
         # float64: a float32 sigmoid can differ by an ulp between a CPU kernel's vectorised body and its
         # scalar tail, enough to move a value across the 4-decimal rounding; in float64 it is not.
         return links.double().sigmoid().amin(-1), logits[other.unbind(-1)].double().sigmoid()
-
-    @classmethod
-    def readable_links(cls, logits: torch.Tensor, p: Packed) -> torch.Tensor:
-        """Positive entries decoding can use: [K,3] (window, row, col) in window-local indices,
-        row-major like torch.where.
-
-        Lossless filter: a text span (r <= c) counts only if r links to some [TYPE] and some
-        [TYPE] links to c; links count only between a [TYPE] and the text of the same window.
-        Everything else the decoder would skip, so dropping it here saves the transfer and the loop.
-        """
-        every_window = torch.zeros_like(p.valid)                  # no window paired on the device
-        return cls.window_local(cls.selected_links(logits, p, every_window).other.nonzero(), p.starts)
 
 
 def typed_per_window(typed: np.ndarray, confidence: np.ndarray, n: int) -> list[TypedHits]:
@@ -496,10 +464,8 @@ class Scoring:
             self.scorer.collect(self.in_flight.pop(0), self.out)
 
     def result(self) -> list[Links]:
-        # One batch queued behind the one being read back; the "before" path reads each back at once.
-        depth = 1 if self.scorer.pipelined else 0
         while self.todo:
             self.launch_next()
-            self.read_back(keep=depth)
+            self.read_back(keep=1)                  # one batch queued behind the one being read back
         self.read_back()
         return self.out  # type: ignore[return-value]

@@ -79,7 +79,8 @@ def test_graphs_are_captured_largest_bucket_first_and_blank_batches_change_nothi
     assert captured == [(8, 512), (8, 128)] and tuple(small.ids.shape) == (8, 128)
     blank = scorer.blank(2, 64)
     assert not blank.valid.any() and blank.ids.shape == (2, 64)
-    assert scorer.readable_links(scoring.run_network(fresh_rex.network, blank), blank).numel() == 0
+    links = scorer.selected_links(scoring.run_network(fresh_rex.network, blank), blank, torch.zeros_like(blank.valid))
+    assert not links.other.any() and not links.spans.any()
 
 
 @pytest.mark.parametrize("batch_rows, rows", [(64, [64, 32, 16, 8]), (6, [8]), (1, [1]), (3, [4])])
