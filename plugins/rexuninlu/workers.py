@@ -101,96 +101,105 @@ class HostWorkers:
         """Every document's Result in input order (each holding its output's JSON: transport.py)."""
         self.start()
         try:
-            yield from self._run(scorer, documents, batch_size, on_progress, clock)
+            scorer.batch_rows = batch_size
+            scorer.capture_all()             # which shapes come depends on timing: none is captured mid-run
+            for done, result in enumerate(Relay(self.pipes, scorer, documents, batch_size, clock).results(), 1):
+                yield result
+                if on_progress:
+                    on_progress(done)
         except BaseException:
             # A run left half way (an error, a cancel, a closed generator) leaves groups in the workers.
             self.close()
             raise
 
-    def _run(self, scorer, documents, batch_size, on_progress, clock) -> Iterator[Result]:
-        # Windows go to the device a batch's worth at a time, as they come in, and each set's links go back as
-        # soon as it is done: the workers decode one set while the device scores the next.
-        scorer.batch_rows = batch_size
-        scorer.capture_all()                 # which shapes come depends on timing: none is captured mid-run
+
+class Relay:
+    """One run through the pool, as the run's process sees it: it hands the workers groups of documents, puts the
+    windows they send on the device a batch's worth at a time as they come in, hands each set's links back as soon
+    as the device is done with it (the workers decode one set while the device scores the next), and gives the
+    finished Results out in input order."""
+
+    def __init__(self, pipes: list[Connection], scorer: WindowScorer, documents: Sequence[Document], batch_size: int,
+                 clock: StageClock | None):
+        self.pipes, self.scorer, self.batch_size, self.clock = pipes, scorer, batch_size, clock
         size = max(1, batch_size // GROUP_SHARE)
-        groups = [documents[at:at + size] for at in range(0, len(documents), size)]
-        waiting = deque(range(len(groups)))                  # groups no worker has started
-        held = {pipe: 0 for pipe in self.pipes}              # groups each worker holds
-        arrived: list[tuple[Connection, int, list]] = []     # windows in, not on the device yet
-        on_device: deque[tuple[Scoring, list]] = deque()     # sets launched, oldest first, with whose windows
-        finished: dict[int, list[Result]] = {}
-        next_out = done = 0
+        self.groups = [documents[at:at + size] for at in range(0, len(documents), size)]
+        self.waiting = deque(range(len(self.groups)))              # groups no worker has started
+        self.held = dict.fromkeys(pipes, 0)                         # groups each worker holds
+        self.arrived: list[tuple[Connection, int, list]] = []      # windows in, not on the device yet
+        self.on_device: deque[tuple[Scoring, list]] = deque()      # sets launched, oldest first, with whose windows
+        self.finished: dict[int, list[Result]] = {}                # groups done, by number, until their turn
 
-        def hand_out(pipe: Connection) -> None:
-            while waiting and held[pipe] < GROUPS_PER_WORKER:
-                k = waiting.popleft()
-                deliver(pipe, ("start", k, list(groups[k])))
-                held[pipe] += 1
-
-        def take(pipe: Connection) -> None:
-            kind, k, payload = receive(pipe)
-            if kind == "windows":
-                arrived.append((pipe, k, payload))
-            elif kind == "done":
-                headers, outputs, seconds = payload
-                finished[k] = unspool(headers, outputs)
-                held[pipe] -= 1
-                hand_out(pipe)
-                if clock is not None:
-                    for stage, s in seconds.items():
-                        clock.add(stage, s)
-            else:
-                raise payload
-
-        def on_it() -> int:                     # windows launched and not read back
-            return sum(len(scoring.out) for scoring, _ in on_device)
-
-        def launch() -> None:
-            # Whole groups, up to AHEAD batches' worth on the device (each batch holds its [B, L, L] links there).
-            room, taken, count = max(batch_size, AHEAD * batch_size - on_it()), 0, 0
-            while taken < len(arrived) and count < room:
-                count += len(arrived[taken][2])
-                taken += 1
-            members = arrived[:taken]
-            del arrived[:taken]
-            windows = [w for *_, ws in members for w in ws]
-            on_device.append((scorer.submit(windows, batch_size, ahead=len(windows)), members))
-
-        def read_back() -> None:
-            scoring, members = on_device.popleft()
-            links, at = scoring.result(), 0
-            for pipe, k, ws in members:
-                deliver(pipe, ("links", k, links[at:at + len(ws)]))
-                at += len(ws)
-
-        def can_launch() -> bool:               # a batch's worth, or anything at all when the device has nothing
-            return bool(arrived) and (not on_device or on_it() < AHEAD * batch_size and
-                                      sum(len(ws) for *_, ws in arrived) >= batch_size)
-
-        def oldest_done() -> bool:
-            return bool(on_device) and on_device[0][0].finished()
-
+    def results(self) -> Iterator[Result]:
         for pipe in self.pipes:
-            hand_out(pipe)
-        while next_out < len(groups):
+            self.hand_out(pipe)
+        next_out = 0
+        while next_out < len(self.groups):
             # This process is the one that feeds the device, so it never waits while it has something to do:
             # it takes every message that is in, and reads back only a set the device is done with.
-            busy = can_launch() or oldest_done()
-            for pipe in wait(self.pipes, timeout=0 if busy else POLL_SECONDS if on_device else None):
-                take(pipe)
+            busy = self.can_launch() or self.oldest_done()
+            for pipe in wait(self.pipes, timeout=0 if busy else POLL_SECONDS if self.on_device else None):
+                self.take(pipe)
                 while pipe.poll():
-                    take(pipe)
-            if can_launch():
-                launch()
-            elif oldest_done():
-                read_back()
-            while next_out in finished:
-                for result in finished.pop(next_out):
-                    done += 1
-                    yield result
-                    if on_progress:
-                        on_progress(done)
+                    self.take(pipe)
+            if self.can_launch():
+                self.launch()
+            elif self.oldest_done():
+                self.read_back()
+            while next_out in self.finished:
+                yield from self.finished.pop(next_out)
                 next_out += 1
+
+    def hand_out(self, pipe: Connection) -> None:
+        while self.waiting and self.held[pipe] < GROUPS_PER_WORKER:
+            k = self.waiting.popleft()
+            deliver(pipe, ("start", k, list(self.groups[k])))
+            self.held[pipe] += 1
+
+    def take(self, pipe: Connection) -> None:
+        kind, k, payload = receive(pipe)
+        if kind == "windows":
+            self.arrived.append((pipe, k, payload))
+        elif kind == "done":
+            headers, outputs, seconds = payload
+            self.finished[k] = unspool(headers, outputs)
+            self.held[pipe] -= 1
+            self.hand_out(pipe)
+            if self.clock is not None:
+                for stage, s in seconds.items():
+                    self.clock.add(stage, s)
+        else:
+            raise payload
+
+    def in_flight(self) -> int:
+        """Windows launched and not read back."""
+        return sum(len(scoring.out) for scoring, _ in self.on_device)
+
+    def can_launch(self) -> bool:
+        """A batch's worth has arrived, or anything at all when the device has nothing."""
+        return bool(self.arrived) and (not self.on_device or self.in_flight() < AHEAD * self.batch_size and
+                                       sum(len(ws) for *_, ws in self.arrived) >= self.batch_size)
+
+    def launch(self) -> None:
+        # Whole groups, up to AHEAD batches' worth on the device (each batch holds its [B, L, L] links there).
+        room, taken, count = max(self.batch_size, AHEAD * self.batch_size - self.in_flight()), 0, 0
+        while taken < len(self.arrived) and count < room:
+            count += len(self.arrived[taken][2])
+            taken += 1
+        members = self.arrived[:taken]
+        del self.arrived[:taken]
+        windows = [w for *_, ws in members for w in ws]
+        self.on_device.append((self.scorer.submit(windows, self.batch_size, ahead=len(windows)), members))
+
+    def oldest_done(self) -> bool:
+        return bool(self.on_device) and self.on_device[0][0].finished()
+
+    def read_back(self) -> None:
+        scoring, members = self.on_device.popleft()
+        links, at = scoring.result(), 0
+        for pipe, k, ws in members:
+            deliver(pipe, ("links", k, links[at:at + len(ws)]))
+            at += len(ws)
 
 
 STOPPED = ("a RexUniNLU host worker process stopped in the middle of a run (out of memory? killed?); "
