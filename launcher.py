@@ -63,8 +63,10 @@ def install_label_studio() -> str:
           file=sys.stderr)
     env = {**os.environ, "LABEL_STUDIO_BASE_DATA_DIR": str(LABEL_STUDIO_TEMPLATE)}
     steps = [[sys.executable, "-m", "venv", str(LABEL_STUDIO_VENV)] if not python.exists() else None,
-             [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--require-hashes", "-r",
-              str(requirements)],
+             # --no-deps: the lock is the whole tree, and pip 23's hash mode takes lxml, asked for with and
+             # without an extra by two packages, for an unpinned second requirement.
+             [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "--require-hashes", "--no-deps",
+              "-r", str(requirements)],
              [str(LABEL_STUDIO_VENV / "bin" / "label-studio"), "version", "--data-dir", str(LABEL_STUDIO_TEMPLATE)]]
     for step in filter(None, steps):
         try:

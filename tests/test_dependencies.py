@@ -17,7 +17,7 @@ import launcher
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
 LOCKS = ("requirements.txt", "requirements-corpus.txt", "requirements-dev.txt")        # agree with each other
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+) \\$")
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[\w,.-]+\])?==(\S+) \\$")     # name[extras]==version, hashes below
 
 
 def read_lock(name: str) -> dict[str, tuple[Version, list[str]]]:
@@ -108,5 +108,5 @@ def test_label_studios_lock_holds_the_extras_range_and_is_installed_with_require
     (tmp_path / "ls").mkdir()
     assert launcher.install_label_studio() == ""
     pip = next(argv for argv in steps if "pip" in argv)
-    assert pip[pip.index("install"):] == ["install", "--disable-pip-version-check", "-q", "--require-hashes", "-r",
-                                          str(ROOT / "requirements-labelstudio.txt")]
+    assert pip[pip.index("install"):] == ["install", "--disable-pip-version-check", "-q", "--require-hashes",
+                                          "--no-deps", "-r", str(ROOT / "requirements-labelstudio.txt")]
