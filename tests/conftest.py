@@ -12,6 +12,10 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TRITON_INTERPRET", "1")   # Triton kernels run on the CPU interpreter in tests
 
 
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: drives the UI or the API from Debian's Chromium (Playwright)")
+
 def _interpreter_scalars_as_loop_bounds():
     """Triton 3.6's interpreter holds a kernel's scalars as 1-element arrays and int() of one fails under
     NumPy >= 2.3, so a loop bound loaded in the kernel (the attention kernel's key range) stops it. Compiled

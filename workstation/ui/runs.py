@@ -27,13 +27,10 @@ class RunRequest:
     options: tuple[tuple[str, Any], ...] = ()
     thresholds: tuple[tuple[str, float], ...] = ()      # confidence thresholds to apply (opt-in), type -> t
 
-    def snapshot(self, weights: str, dtype: str) -> dict[str, Any]:
-        snap = {"model": self.model, "weights": weights, "device": self.device, "dtype": dtype,
-                "optimizations": list(self.optimizations), "task": self.task, "batch_size": self.batch_size,
-                "options": dict(self.options)}
-        if self.thresholds:
-            snap["thresholds"] = dict(self.thresholds)
-        return snap
+    def snapshot(self, config: RunConfig) -> dict[str, Any]:
+        """The settings a UI run records: its configuration's, with the device and batch size as the page
+        asked for them ("auto" stays "auto") and the task."""
+        return config.snapshot() | {"device": self.device, "batch_size": self.batch_size, "task": self.task}
 
 
 def json_kind(value: Any) -> str:
@@ -115,7 +112,7 @@ def recorded_run(request: RunRequest, documents: Sequence[Document], source: str
     def work(cancel: threading.Event | None, on_clock: Callable | None) -> int:
         report = _run(shelf, key, config, documents, cancel=cancel, on_clock=on_clock)
         return store.record_run(report, list(documents), source, task=request.task,
-                                settings_snapshot=request.snapshot(str(config.weights), config.load_dtype))
+                                settings_snapshot=request.snapshot(config))
     return work
 
 
@@ -141,7 +138,7 @@ def start_job(request: RunRequest, documents: Sequence[Document], source_name: s
     with state.model_shelf().borrow(key) as model:      # loaded now: the job's slices borrow this one
         names = engine.applicable(model, config.optimizations)    # the job would fail on one that does not apply
     weights, dtype = str(config.weights), config.load_dtype
-    snapshot = request.snapshot(weights, dtype) | ({"input": dict(inputs)} if inputs else {})
+    snapshot = request.snapshot(config) | ({"input": dict(inputs)} if inputs else {})
     job_id = state.store().create_job(
         list(documents), request.model, weights, config.batch_size, names, config.option_values, source_name,
         device=request.device, dtype=dtype, task=request.task, settings_snapshot=snapshot)
