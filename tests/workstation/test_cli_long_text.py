@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tests.registered import plugin_registered
 from tests.workstation.ui.fake_plugin import FakeFamily
 from workstation import cli
 
@@ -16,14 +17,8 @@ LINE = {"id": "1", "text": "Alice met Bob", "schema": {"Alice": None}}
 @pytest.fixture
 def fake_weights(tmp_path):
     from tests.workstation.ui.fake_plugin import FakePlugin
-    from workstation import plugins
-    plugins.load_plugins()
-    plugin = FakePlugin()
-    plugins.pm.register(plugin, name="cli-long-text-fake")
-    try:
+    with plugin_registered(FakePlugin(), "cli-long-text-fake") as plugin:
         yield plugin.family.write_demo_weights(tmp_path / "fake-weights")
-    finally:
-        plugins.pm.unregister(name="cli-long-text-fake")
 
 
 def extract(tmp_path, weights, capsys, *extra) -> tuple[int, str]:

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from contracts import Document, Exporter, ExportReport, Result, RunReport, Span, hookimpl
+from tests.registered import plugin_registered
 from workstation.cli import main
 
 
@@ -45,11 +46,8 @@ class Initials:
 
 @pytest.fixture
 def initials():
-    from workstation import plugins
-    plugins.load_plugins()
-    plugins.pm.register(Initials, name="initials-plugin")
-    yield
-    plugins.pm.unregister(name="initials-plugin")
+    with plugin_registered(Initials, "initials-plugin"):
+        yield
 
 
 def test_export_writes_a_run_in_a_plugin_s_format_to_the_named_file(history, initials, tmp_path, capsys):

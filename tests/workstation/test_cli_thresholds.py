@@ -8,6 +8,7 @@ import json
 import pytest
 
 from storage import open_store
+from tests.registered import plugin_registered
 from workstation import cli
 from workstation.settings import Settings
 
@@ -18,14 +19,8 @@ LINE = {"id": "c", "text": "[CLASSIFY]很好看", "schema": {"正向": None, "�
 def fake_weights(tmp_path):
     """The fake model registered for one test, and its weights."""
     from tests.workstation.ui.fake_plugin import FakePlugin
-    from workstation import plugins
-    plugins.load_plugins()
-    plugin = FakePlugin()
-    plugins.pm.register(plugin, name="cli-thresholds-fake")
-    try:
+    with plugin_registered(FakePlugin(), "cli-thresholds-fake") as plugin:
         yield plugin.family.write_demo_weights(tmp_path / "fake-weights")
-    finally:
-        plugins.pm.unregister(name="cli-thresholds-fake")
 
 
 def run(tmp_path, weights, *extra):

@@ -8,6 +8,7 @@ import pytest
 
 from contracts.hookspecs import hookimpl
 from contracts.optimization import Optimization
+from tests.registered import plugin_registered
 from workstation import cli, plugins
 from workstation.settings import Settings
 
@@ -40,12 +41,8 @@ class Plugin:
 def registered(monkeypatch):
     monkeypatch.setenv(VARIABLE, "")            # recorded, so the test leaves the variable as it found it
     monkeypatch.delenv(VARIABLE)
-    plugins.load_plugins()
-    plugins.pm.register(Plugin(), name="needs-environment-plugin")
-    try:
+    with plugin_registered(Plugin(), "needs-environment-plugin"):
         yield monkeypatch
-    finally:
-        plugins.pm.unregister(name="needs-environment-plugin")
 
 
 def test_the_launcher_sets_what_an_enabled_optimization_declares(registered, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from contracts.domain import Document, InputError
 from contracts.hookspecs import hookimpl
+from tests.registered import plugin_registered
 from tests.workstation.jobs.fake_model import FakeFamily, registered
 from workstation import engine, settings
 from workstation.run_config import Overrides, RunConfig, resolve
@@ -32,12 +33,8 @@ class RulePlugin:
 
 @contextmanager
 def rule_model():
-    from workstation.plugins import pm
-    pm.register(RulePlugin(), name="undo-rule-model")
-    try:
+    with plugin_registered(RulePlugin(), "undo-rule-model"):
         yield
-    finally:
-        pm.unregister(name="undo-rule-model")
 
 
 @pytest.fixture

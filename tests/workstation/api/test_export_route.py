@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contracts import Exporter, ExportReport, hookimpl
+from tests.registered import plugin_registered
 
 
 class Shout:
@@ -24,11 +25,8 @@ class Shout:
 
 @pytest.fixture
 def shout():
-    from workstation import plugins
-    plugins.load_plugins()
-    plugins.pm.register(Shout, name="shout-plugin")
-    yield
-    plugins.pm.unregister(name="shout-plugin")
+    with plugin_registered(Shout, "shout-plugin"):
+        yield
 
 
 def test_a_plugin_s_format_is_served_with_its_suffix_and_media_type(client, shout):

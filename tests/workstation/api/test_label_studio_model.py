@@ -7,6 +7,7 @@ from fastapi.testclient import TestClient
 
 from contracts.domain import InputError
 from tests.fake_monitor import FakeMonitor
+from tests.registered import plugin_registered
 from tests.workstation.ui.fake_plugin import FakeFamily, FakeLabelsFamily, FakePlugin
 from workstation import plugins
 from workstation.api.app import create_app
@@ -22,16 +23,11 @@ LS_CONFIG = """<View>
 @pytest.fixture
 def fake_settings(tmp_path):
     """The fake models registered for one test, served by an API whose settings the test completes."""
-    plugins.load_plugins()
-    plugin = FakePlugin()
-    plugins.pm.register(plugin, name="ls-model-fake")
-    weights = plugin.family.write_demo_weights(tmp_path / "weights")
-    s = Settings(database=str(tmp_path / "runs.db"), demo_weights_dir=str(tmp_path / "demo"))
-    s.models["fakeie"] = ModelSettings(weights=str(weights), device="cpu", batch_size=4)
-    try:
+    with plugin_registered(FakePlugin(), "ls-model-fake") as plugin:
+        weights = plugin.family.write_demo_weights(tmp_path / "weights")
+        s = Settings(database=str(tmp_path / "runs.db"), demo_weights_dir=str(tmp_path / "demo"))
+        s.models["fakeie"] = ModelSettings(weights=str(weights), device="cpu", batch_size=4)
         yield s
-    finally:
-        plugins.pm.unregister(name="ls-model-fake")
 
 
 def test_the_backend_runs_the_model_the_setting_names(fake_settings):

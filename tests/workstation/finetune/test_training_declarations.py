@@ -9,6 +9,7 @@ import pytest
 from contracts.domain import InputError
 from contracts.hookspecs import hookimpl
 from contracts.optimization import Optimization
+from tests.registered import plugin_registered
 from workstation import cli, plugins
 from workstation.finetune import trainer as finetune
 from workstation.finetune.request import FinetuneRequest
@@ -49,13 +50,8 @@ class ThirdParty:
 
 @pytest.fixture
 def third_party():
-    plugins.load_plugins()
-    plugin = ThirdParty()
-    plugins.pm.register(plugin, name="third-party-optimizations")
-    try:
+    with plugin_registered(ThirdParty(), "third-party-optimizations") as plugin:
         yield plugin
-    finally:
-        plugins.pm.unregister(name="third-party-optimizations")
 
 
 def gold_file(tmp_path, line=GOLD):

@@ -10,13 +10,13 @@ import os
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from contracts.domain import Document, InputError, Result, Span
 from contracts.hookspecs import hookimpl
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily
+from tests.registered import plugin_registered
 
 PROCESSED: list[tuple[int, str]] = []           # (id of the model instance, document id), in processing order
 LOADS: list[str] = []                           # devices a model was loaded on
@@ -81,14 +81,8 @@ class FakeModelPlugin:
         register(FakeFamily())
 
 
-@contextmanager
-def registered() -> Iterator[None]:
-    from workstation.plugins import pm
-    pm.register(FakeModelPlugin(), name="undo-fake-model")
-    try:
-        yield
-    finally:
-        pm.unregister(name="undo-fake-model")
+def registered():
+    return plugin_registered(FakeModelPlugin(), "undo-fake-model")
 
 
 def main() -> None:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.registered import plugin_registered
+
 APP = str(Path(__file__).resolve().parents[3] / "workstation" / "ui" / "app.py")
 
 
@@ -41,14 +43,8 @@ interval_s = 0.2
 @pytest.fixture
 def fake_plugin():
     from tests.workstation.ui.fake_plugin import FakePlugin
-    from workstation import plugins
-    plugins.load_plugins()
-    plugin = FakePlugin()
-    plugins.pm.register(plugin, name="undo-fake-ie")
-    try:
+    with plugin_registered(FakePlugin(), "undo-fake-ie") as plugin:
         yield plugin
-    finally:
-        plugins.pm.unregister(name="undo-fake-ie")
 
 
 @pytest.fixture
