@@ -1,18 +1,8 @@
-"""Batching shared by the model plugins: length buckets, the batch size "auto" picks, the batch-size setting.
+"""Batching shared by the model plugins: the batch size "auto" picks, and the batch-size setting.
 
 A batch that does not fit on the GPU is halved and retried: contracts.torch.memory.run_with_backoff (it needs torch).
 """
 from __future__ import annotations
-
-from typing import Iterator, Sequence
-
-
-def length_buckets(lengths: Sequence[int], batch_size: int) -> Iterator[list[int]]:
-    """Indices grouped into batches of similar length (longest first), so little padding is computed."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    for start in range(0, len(order), batch_size):
-        yield order[start:start + batch_size]
-
 
 AUTO = "auto"
 DEFAULT_BATCH = 8

@@ -60,8 +60,6 @@ class Lane:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"lane-{name}", daemon=True)
         self._thread.start()
-        self.passes = 0                             # shared passes run (for the benchmark and tests)
-        self.pass_sizes: list[int] = []             # requests per pass
 
     def submit(self, request: LaneRequest) -> Future:
         try:
@@ -116,8 +114,6 @@ class Lane:
         return [r for r in batch if r.future.set_running_or_notify_cancel()]
 
     def _run(self, batch: list[LaneRequest]) -> None:
-        self.passes += 1
-        self.pass_sizes.append(len(batch))
         try:
             outcomes = list(self._execute(batch[0].config, batch))
         except Exception as e:                       # noqa: BLE001 - isolated below, or handed to the caller

@@ -34,7 +34,6 @@ class Recorder:
     def __init__(self, store: Store, source: str = "api"):
         self.store, self.source = store, source
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
-        self.groups: list[int] = []              # runs per transaction (the tests and the benchmark read it)
         self._thread = threading.Thread(target=self._loop, name="api-recorder", daemon=True)
         self._thread.start()
 
@@ -68,7 +67,6 @@ class Recorder:
     def _write(self, group: list[_Pending]) -> None:
         try:
             ids = self.store.record_runs([(p.report, p.documents, self.source, p.snapshot) for p in group])
-            self.groups.append(len(group))
         except Exception as e:                   # noqa: BLE001 - the results stand; the response says so
             log.warning("%d API run(s) were not recorded: %s", len(group), e)
             ids = [None] * len(group)

@@ -115,15 +115,12 @@ def test_run_export_in_every_format(client, fmt, marker):
 def test_concurrent_requests_share_passes_and_each_gets_its_own_results(make_client, api_settings):
     client = make_client()
     solo = {t: client.post("/v1/extract", json=body([t])).json()["results"][0]["output"] for t in TEXTS}
-    lane = client.app.state.api.lanes.lanes()[("rexuninlu", "cpu")]
-    passes_before = lane.passes
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda i: client.post("/v1/extract", json=body([TEXTS[i % 5]])), range(16)))
     assert all(a.status_code == 200 for a in answers)
     for i, a in enumerate(answers):
         assert a.json()["results"][0]["output"] == solo[TEXTS[i % 5]]
-    assert lane.passes - passes_before < 16                 # some requests shared a forward pass
-    assert max(a.json()["shared_pass"] for a in answers) > 1
+    assert max(a.json()["shared_pass"] for a in answers) > 1   # some requests shared a forward pass
     assert len({a.json()["run_id"] for a in answers}) == 16  # still one run per request in the history
 
 
@@ -243,9 +240,10 @@ def config(**kw):
 
 def test_full_queue_is_429_with_retry_after(make_client):
     client = make_client()
-    release = threading.Event()
+    release, taken = threading.Event(), threading.Event()
 
     def stuck(config, requests):
+        taken.set()
         release.wait(30)
         raise RuntimeError("never mind")
     state = client.app.state.api
@@ -253,7 +251,7 @@ def test_full_queue_is_429_with_retry_after(make_client):
     try:
         with ThreadPoolExecutor(3) as pool:
             first = pool.submit(client.post, "/v1/extract", json=body(["a"]))   # taken by the worker, stuck
-            wait_for(lambda: state.lanes.lanes() and state.lanes.lanes()[("rexuninlu", "cpu")].passes == 1)
+            assert taken.wait(30)
             second = pool.submit(client.post, "/v1/extract", json=body(["b"]))  # fills the queue
             wait_for(lambda: state.lanes.lanes()[("rexuninlu", "cpu")].waiting() == 1)
             third = client.post("/v1/extract", json=body(["c"]))
@@ -316,11 +314,15 @@ def test_lane_groups_only_requests_with_equal_settings_and_isolates_a_failing_on
 
 
 def test_queue_full_is_raised_at_submit():
-    block = threading.Event()
-    lane = Lane("t", lambda c, rs: block.wait(5) and [None] * len(rs), queue_size=1, wait_s=0.0, max_documents=1)
+    block, taken = threading.Event(), threading.Event()
+
+    def stuck(c, rs):
+        taken.set()
+        return block.wait(5) and [None] * len(rs)
+    lane = Lane("t", stuck, queue_size=1, wait_s=0.0, max_documents=1)
     try:
         lane.submit(LaneRequest(config(), [Document("1", "a")]))
-        wait_for(lambda: lane.passes == 1)
+        assert taken.wait(30)
         lane.submit(LaneRequest(config(), [Document("2", "b")]))
         with pytest.raises(QueueFull):
             lane.submit(LaneRequest(config(), [Document("3", "c")]))
