@@ -253,8 +253,8 @@ def _collector_aside() -> Iterator[None]:
     Python's cyclic garbage collector until the last concurrent run ends (gc.freeze, then gc.unfreeze).
 
     A full collection walks every tracked object, and a dense run allocates enough objects (a Span, a list
-    and a tuple per extracted span) to set off several: on the H200 they made decoding jump between 1.1 and
-    2.6 s per 1,000 dense documents, and set aside they cost almost nothing (docs/performance.md §4). Only
+    and a tuple per extracted span) to set off several, which made decoding time jump from run to run; set
+    aside, they cost almost nothing (docs/performance.md §4 has the figures). Only
     when collections happen changes: what the run frees is freed, and the objects set aside are looked at
     again by the first collection after it.
     """

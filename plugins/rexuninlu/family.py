@@ -67,8 +67,8 @@ class RexUniNLU(ModelFamily):
     reads = Reads.SCHEMA
     classification_markers = (CLASSIFY, MULTICLASSIFY)      # docs/models/rexuninlu.md §3.4
     # batch_size = "auto": windows of 512 tokens per batch that fit a card of this many GB (less 1.5 GiB for the
-    # context), eager attention (the most memory-hungry kernel). Derived from the H200's measured peaks, linear in
-    # the batch; `bench budget24` measures them under a memory budget (docs/performance.md §7).
+    # context), eager attention (the most memory-hungry kernel). Derived from measured peaks (docs/performance.md §7), linear
+    # in the batch; `bench budget24` measures them under a memory budget (docs/performance.md §7).
     batch_table = {"fp32": ((8, 64), (12, 96), (16, 128), (24, 224), (48, 480), (80, 768)),
                    "bf16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024)),
                    "fp16": ((8, 128), (12, 192), (16, 256), (24, 448), (48, 960), (80, 1024))}

@@ -52,9 +52,9 @@ if triton is not None:
         c_rows = C + b * sc_b + h * sc_h + rows[:, None] * sc_l
         p_head = P + b * sp_b + h * sp_h
         # The softmax runs on exp2 with log2(e) folded into the scale: one multiply per score fewer, the
-        # same result to rounding. Measured (docs/benchmarks.md, ninth run): 1.00 -> 0.97 ms per call. Other
-        # trims measured with it cost time instead: loads without bounds when L is a multiple of the tiles,
-        # a lighter allowed rule, prefetching the next tile's bias, more or fewer pipeline stages.
+        # same result to rounding, and measurably faster (docs/performance.md, the kernel's trims). Other trims
+        # measured with it cost time instead: loads without bounds when L is a multiple of the tiles, a
+        # lighter allowed rule, prefetching the next tile's bias, more or fewer pipeline stages.
         scale = scale * 1.4426950408889634
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -110,7 +110,7 @@ class Tiles(NamedTuple):
     num_stages: int
 
 
-# The configurations the kernel may launch with, fastest first on the H200 (docs/benchmarks.md's tile sweeps).
+# The configurations the kernel may launch with, fastest first in docs/benchmarks.md's tile sweeps.
 # A GPU takes the first whose shared memory fits the per-block limit it reports (tiles_for): an Ada card
 # (RTX 4090, sm_89) allows 99 KB, a Hopper 227 KB; the smaller tiles are for cards with less still.
 TILES = (Tiles(64, 32, 4, 3), Tiles(64, 16, 4, 2), Tiles(32, 16, 2, 2), Tiles(16, 16, 1, 1))

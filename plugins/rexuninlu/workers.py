@@ -40,8 +40,8 @@ from plugins.rexuninlu.transport import spool, unspool
 # Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
 GROUPS_PER_WORKER = 2
 # A group is this share of a batch: many groups, so every worker has work and the last one ends soon after the
-# device; the windows of every group that is in are scored together, so batches still fill up. A quarter took
-# 0.77 s per 1,000 dense documents on the H200, half 0.82–1.0 s (2026-12-04, docs/benchmarks.md).
+# device; the windows of every group that is in are scored together, so batches still fill up. A quarter beat
+# a half on dense output (docs/benchmarks.md, host workers).
 GROUP_SHARE = 4
 # How long the run's process waits for a message while the device works on what it has, before it looks
 # whether the oldest set is done (it reads back only what is done, and takes messages meanwhile).
@@ -235,7 +235,7 @@ def work(pipe: Connection, weights: str, folder: str) -> None:
     prompter = Prompter(load_tokenizer(Path(weights)))
     # What exists now (torch, the tokenizer: some 200,000 objects) is kept out of the cyclic collector, as the run's
     # process does (engine._collector_aside): a full collection over it took a worker about 0.1 s, during which it
-    # read no message, so the run's process sending it links waited as long, and the device with it (H200 trace).
+    # read no message, so the run's process sending it links waited as long, and the device with it (seen in a trace).
     gc.freeze()
     serve(pipe, prompter, folder)
 

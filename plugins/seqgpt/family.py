@@ -60,7 +60,7 @@ class SeqGPT(ModelFamily):
     option_titles = OPTION_TITLES
     whole_text_option = ("long_text", "window")
     # batch_size = "auto": prompts generated at once (4 beams each, 64 new tokens after a long prompt) that fit a
-    # card of this many GB (less 1.5 GiB for the context). Derived from the H200's measured peaks, linear in the
+    # card of this many GB (less 1.5 GiB for the context). Derived from measured peaks (docs/performance.md §7), linear in the
     # batch; `bench budget24` measures them under a memory budget (docs/performance.md §7).
     batch_table = {"fp32": ((8, 2), (12, 4), (16, 6), (24, 10), (48, 24), (80, 40)),
                    "bf16": ((8, 4), (12, 8), (16, 12), (24, 20), (48, 48), (80, 80)),

@@ -76,7 +76,7 @@ def serve(settings: Settings, host: str | None = None, port: int | None = None, 
 # How long a thread may hold the interpreter lock while another waits for it (Python's default: 5 ms). A server
 # process has an event loop doing short bits of I/O and a lane thread running the model's Python; at 5 ms the loop
 # waited up to that long after every socket read and write (a convoy), which capped a CPU server at about one
-# request per few switch intervals. 0.5 ms: +12 % to +39 % requests/s on the 2-core box (docs/benchmarks.md).
+# request per few switch intervals. The gain at 0.5 ms is measured in docs/benchmarks.md (API section).
 SWITCH_INTERVAL_S = 0.0005
 SETTINGS_ENV = "IEW_API_WORKER_SETTINGS"     # the pickled Settings a worker process serves
 THREADS_ENV = "IEW_API_WORKER_THREADS"       # its share of the CPU's cores
