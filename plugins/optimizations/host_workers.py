@@ -6,20 +6,20 @@ from contracts.hookspecs import hookimpl
 from contracts.names import Capability
 from contracts.optimization import Optimization
 
-# A run of fewer documents stays in its own process. Through `launcher.py extract` on the H200 the workers' start
-# cost 5-6 s (1,000 documents: 124-149 docs/s with them, 489-610 without; issue 31), and once up they saved 1.35 s
-# per 1,000 dense documents, 0.36 s realistic, 0.07 s sparse (tenth run, docs/benchmarks.md): dense output pays the
-# start back from about 4,000 documents, the others later or never. Started before the first batch (prepare_run)
-# the start is partly hidden; `bench cli-e2e` measures whether it is.
-MIN_DOCUMENTS = 5_000
-# Fewer workers than this gain nothing: at dense output 4 workers took 2.17 s against 2.07 s without, 8 took 1.13 s
-# (fifth run, docs/benchmarks.md); the run's own process needs a core besides them.
+# A run that would have to start its workers, and has fewer documents than this, stays in its own process.
+# Starting them costs seconds inside the run, and a fresh process's run with them was slower than without at
+# every size measured through `launcher.py extract` up to 10,000 documents, on every density (docs/benchmarks.md,
+# `bench cli-e2e`); what a warm pool saves per document pays that start back only beyond that. A process that
+# keeps its workers (the UI, the API) uses them for any run once they are up.
+MIN_DOCUMENTS = 20_000
+# Fewer workers than this gain nothing (docs/benchmarks.md, host workers: 4 workers lost to none at dense
+# output, 8 won); the run's own process needs a core besides them.
 MIN_WORKERS = 8
 
 
 def default_workers() -> int:
-    """The cores but one (the run's own process feeds the device), at most 12: on an H200 with 16 cores, 12 beat
-    8 and 4 on dense and realistic outputs (docs/benchmarks.md)."""
+    """The cores but one (the run's own process feeds the device), at most 12: with 16 cores, 12 beat 8 and 4 on
+    dense and realistic outputs (docs/benchmarks.md, host workers)."""
     return max(1, min(12, (os.cpu_count() or 2) - 1))
 
 
