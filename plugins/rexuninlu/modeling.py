@@ -215,8 +215,8 @@ class Attention(nn.Module):
 
 def gelu_linear(x, weight, bias, fused: bool):
     """gelu(x·Wᵀ + b). fused, at reduced precision: the GELU runs in the GEMM's epilogue (cuBLASLt), on the
-    fp32 accumulator before the one rounding, which spares a pass over the output (the FFN's [B,L,4D]: 1.6 of
-    29 ms per batch of 64 windows on an H200, profiled). The epilogue's GELU is the tanh form: at most 4.8e-4
+    fp32 accumulator before the one rounding, which spares a pass over the output (the FFN's [B,L,4D]; the
+    profile is in docs/performance.md). The epilogue's GELU is the tanh form: at most 4.8e-4
     from the erf form (at x ≈ 2.7, where the output's bf16 step is 0.016); docs/faithfulness.md. fp32 keeps
     the erf form. Callers pass fused only at inference (the fused-kernel path has no backward)."""
     if fused and x.dtype in (torch.bfloat16, torch.float16):
@@ -357,8 +357,8 @@ def part_pairs(a_parts: list, b_parts: list) -> list[tuple[torch.Tensor, torch.T
 def split_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b in fp32 from bf16 tensor-core products: a and b split by bf16_parts, every pair of parts
     but the two small ones multiplied with fp32 accumulation and output, and summed. Relative error
-    about 2⁻¹⁶ against fp32's 2⁻²⁴, where fp32 products run on the CUDA cores alone (on an H200 the
-    span head's three fp32 products took 2.09 of 31.5 ms per batch of 64 windows, profiled)."""
+    about 2⁻¹⁶ against fp32's 2⁻²⁴, where fp32 products run on the CUDA cores alone (the span head's three fp32 products were a
+    noticeable share of a batch: docs/performance.md)."""
     flat = a.dim() == 3 and b.dim() == 2            # [B,L,D] @ [D,E]: one [B·L,D] @ [D,E] product
     left = a.flatten(0, 1) if flat else a
     (x, y), *others = part_pairs(bf16_parts(left), bf16_parts(b))

@@ -3,8 +3,8 @@
 Behind a reduced-precision encoder the head projects h to q and k with split bf16 products
 (modeling.split_matmul), adds the bias, rotates each pair (x0, x1) by its angle and splits the result again
 into bf16 parts for the q·kᵀ product. In PyTorch that is a dozen passes over fp32 [B, L, D] tensors and
-five products whose sums are separate passes (profiled on an H200: about 1.5 ms per batch of 64 × 512-token
-windows, against 0.41 ms for the products themselves). Here (modeling.fused_head_logits) the projection is
+five products whose sums are separate passes, which cost several times the products themselves
+(docs/performance.md has the profile). Here (modeling.fused_head_logits) the projection is
 one GEMM, one program per token sums its terms, adds the bias, rotates and splits, and writes q and k laid
 out so that q·kᵀ over the parts is a single product along a 3·D axis:
 
