@@ -50,6 +50,13 @@ def rex_model(rex_tiny):
     return RexUniNLU().load(rex_tiny)
 
 
+@pytest.fixture(scope="session")
+def seqgpt_tiny(tmp_path_factory) -> Path:
+    """The tiny random SeqGPT demo checkpoint (2 layers, width 128, fp16 pytorch_model.bin)."""
+    from plugins.seqgpt import demo
+    return demo.write(tmp_path_factory.mktemp("seqgpt") / "seqgpt-tiny", "tiny")
+
+
 @pytest.fixture
 def store(tmp_path):
     """An empty history database in tmp_path (tests/storage has its own, one folder down)."""

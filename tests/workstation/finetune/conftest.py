@@ -23,10 +23,3 @@ def rex_tiny_no_dropout(rex_tiny, tmp_path_factory) -> Path:
     """The tiny RexUniNLU without dropout: exact comparisons between training runs that draw
     differently, and quick memorisation (0.1 dropout is a lot for a model this small)."""
     return with_dropout(rex_tiny, tmp_path_factory.mktemp("rex") / "no-dropout", 0.0, 0.0)
-
-
-@pytest.fixture(scope="session")
-def seqgpt_tiny(tmp_path_factory) -> Path:
-    """The tiny random SeqGPT demo checkpoint (2 layers, width 128, fp16 pytorch_model.bin)."""
-    from plugins.seqgpt import demo
-    return demo.write(tmp_path_factory.mktemp("seqgpt") / "seqgpt-tiny", "tiny")

@@ -35,7 +35,7 @@ batch_size = 4
     rows = frame(at, "F1 without threshold")
     row = rows[rows["type"] == edited].iloc[0]
     # The page runs with the sidebar's optimizations: another batch layout may move a confidence by one
-    # rounding step (tests/rexuninlu/test_model.py: ONE_STEP), never past the wrong spans.
+    # rounding step (tests/plugins/rexuninlu/test_model.py: ONE_STEP), never past the wrong spans.
     assert abs(row["threshold"] - expected) <= 1e-4 + 1e-9 and row["threshold"] > highest_wrong
     button(at, "Save for these weights").click().run()
     weights, _ = state.weights_for("rexuninlu")

@@ -3,7 +3,7 @@ import torch
 
 from contracts.torch.precision import MasterWeights
 from plugins.rexuninlu.family import RexUniNLU
-from tests.rexuninlu.test_model import mixed_documents, outputs
+from tests.plugins.rexuninlu.test_model import mixed_documents, outputs
 
 
 def weights(module):

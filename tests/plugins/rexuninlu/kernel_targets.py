@@ -1,5 +1,5 @@
 """Compile every Triton kernel of the workstation, in every configuration its code can launch, for another GPU
-than the one here (or none): `python -m tests.rexuninlu.kernel_targets 89` prints one JSON line per
+than the one here (or none): `python -m tests.plugins.rexuninlu.kernel_targets 89` prints one JSON line per
 compiled kernel with the shared memory per block Triton allocated, the registers per thread and the local
 (spilled) bytes ptxas gave it.
 

@@ -14,7 +14,7 @@ from plugins.rexuninlu.loading import load_tokenizer
 from plugins.rexuninlu.prompting import Prompter
 from plugins.rexuninlu.transport import WrittenResult
 from plugins.rexuninlu.workers import serve
-from tests.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
+from tests.plugins.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
 from workstation import engine, plugins
 from workstation.run_config import RunConfig
 
@@ -56,7 +56,7 @@ def test_host_workers_write_what_one_process_writes(rex, density):
             rex.network.ffnq.bias.copy_(head[0])
             rex.network.ffnk.bias.copy_(head[1])
     # Windows of several workers' groups share batches, other batches than in one process: a confidence may move
-    # one rounding step (as between any two batch sizes: tests/rexuninlu/test_model.py); the tuples may not.
+    # one rounding step (as between any two batch sizes: tests/plugins/rexuninlu/test_model.py); the tuples may not.
     assert [json.loads(line)["id"] for line in shared] == [d.id for d in docs]
     assert_same_outputs(*([json.loads(line)["output"] for line in lines] for lines in (alone, shared)), ONE_STEP)
     assert [line.count('"type"') for line in alone].count(0) < len(docs)

@@ -45,7 +45,7 @@ def test_the_fp16_paths_overflow_guards_are_the_same_code_on_every_gpu():
     """fp16's guards (scores masked at the dtype's finite minimum, not -inf; the span head and norms in fp32)
     hold on an Ada card exactly as on the H200, where the CUDA tests check them, because no model code asks
     which GPU it runs on: only the precision plugin reads the capability, to pick bf16 or fp16."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     readers = sorted(str(p.relative_to(root)) for folder in ("plugins", "contracts") for p in (root / folder).rglob("*.py")
                      if "get_device_capability" in p.read_text("utf-8"))
     assert readers == ["plugins/optimizations/precision.py"]

@@ -1,8 +1,20 @@
 """`bench seqgpt-e2e` runs on the CPU with the tiny demo checkpoint and a handful of documents, so it cannot rot."""
 import json
 
+import pytest
+import torch
+
 import benchmarks as bench
 from benchmarks.seqgpt_e2e import e2e_documents
+
+
+@pytest.fixture(autouse=True)
+def one_cpu_thread():
+    """As tests/plugins/seqgpt/conftest.py runs its tests: a model this small gains nothing from a second thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def test_documents_are_deterministic_mixed_and_some_take_two_prompts():
@@ -13,10 +25,10 @@ def test_documents_are_deterministic_mixed_and_some_take_two_prompts():
     assert min(len(d.text) for d in docs) < 60 and max(len(d.text) for d in docs) > 500
 
 
-def test_the_seqgpt_e2e_benchmark_compares_every_variant_with_the_reference(demo_tiny, tmp_path):
+def test_the_seqgpt_e2e_benchmark_compares_every_variant_with_the_reference(seqgpt_tiny, tmp_path):
     out = tmp_path / "e2e.json"
     # seed 65: five short documents (38-193 characters), two of them two prompts each
-    code = bench.main(["seqgpt-e2e", "--weights", str(demo_tiny), "--device", "cpu", "--docs", "5", "--seed", "65",
+    code = bench.main(["seqgpt-e2e", "--weights", str(seqgpt_tiny), "--device", "cpu", "--docs", "5", "--seed", "65",
                        "--reference-docs", "3", "--new-tokens", "6", "--batch-sizes", "2", "--dtype", "bf16",
                        "--out", str(out)])
     result = json.loads(out.read_text("utf-8"))

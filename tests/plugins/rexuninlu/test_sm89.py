@@ -14,7 +14,7 @@ from plugins.rexuninlu import triton_attention
 from plugins.rexuninlu.modeling import RexConfig
 from plugins.rexuninlu.triton_attention import TILES, Tiles, shared_bytes, tiles_for
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ADA_SHARED_PER_BLOCK = 99 * 1024          # opt-in dynamic shared memory per block, compute capability 8.9
 ADA_REGISTERS_PER_THREAD = 255
 ADA_REGISTERS_PER_BLOCK = 64 * 1024
@@ -67,8 +67,8 @@ def test_the_limit_is_the_devices_reported_shared_memory_not_its_name(monkeypatc
 
 
 def compiled_for(capability: int) -> list[dict]:
-    """Every kernel and configuration compiled for the target by tests/rexuninlu/kernel_targets.py."""
-    done = subprocess.run([sys.executable, "-m", "tests.rexuninlu.kernel_targets", str(capability)], cwd=ROOT,
+    """Every kernel and configuration compiled for the target by tests/plugins/rexuninlu/kernel_targets.py."""
+    done = subprocess.run([sys.executable, "-m", "tests.plugins.rexuninlu.kernel_targets", str(capability)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines()]
@@ -97,7 +97,7 @@ def test_every_kernel_compiled_for_sm89_fits_an_ada_block():
                     reason="needs a CUDA GPU and triton (run with CUDA_VISIBLE_DEVICES set and TRITON_INTERPRET=0)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_on_the_gpu_every_tile_runs_and_agrees_and_the_chosen_one_fits_the_device(dtype):
-    from tests.rexuninlu.test_triton_attention_cuda import packed_rows
+    from tests.plugins.rexuninlu.test_triton_attention_cuda import packed_rows
     positions, groups, types, segments = (t.cuda() for t in packed_rows())
     B, L = segments.shape
     H, D, S = 12, HEAD_DIM, 256

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from tests.rexuninlu.test_model import ONE_STEP, assert_same_outputs, mixed_documents, outputs
+from tests.plugins.rexuninlu.test_model import ONE_STEP, assert_same_outputs, mixed_documents, outputs
 from workstation import engine, plugins
 
 
