@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
-import sys
+import site
+import sysconfig
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "gazetteer"
 DISTRIBUTION = "iew-gazetteer"
 
 
@@ -25,8 +25,10 @@ def ensure_installed() -> None:
     with open(launcher.VENV / ".install-examples.lock", "w") as lock:     # pytest-xdist workers take turns
         fcntl.flock(lock, fcntl.LOCK_EX)
         launcher.install(ROOT / "requirements-examples.txt")
-    if importlib.util.find_spec("iew_gazetteer") is None:     # installed after this process started
-        sys.path.append(str(EXAMPLE))
+    if importlib.util.find_spec("iew_gazetteer") is None:
+        # Installed after this process started: the editable install's .pth (its import hook) is read at start,
+        # so read the venv's .pth files again as Python did then. site-packages is on sys.path already.
+        site.addsitedir(sysconfig.get_path("purelib"))
 
 
 ensure_installed()
