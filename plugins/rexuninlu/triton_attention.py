@@ -119,7 +119,7 @@ TILES = (Tiles(64, 32, 4, 3), Tiles(64, 16, 4, 2), Tiles(32, 16, 2, 2), Tiles(16
 def shared_bytes(tiles: Tiles, element_bytes: int, head_dim: int) -> int:
     """An upper bound on the shared memory one block of the kernel takes: every tile the dots read staged
     at once (Q, and K and V once per pipeline stage), the probabilities P, and the per-key codes per stage.
-    The compiler reuses buffers, so it allocates less; tests/rexuninlu/test_sm89.py compiles every entry of
+    The compiler reuses buffers, so it allocates less; tests/plugins/rexuninlu/test_sm89.py compiles every entry of
     TILES for sm_89 and checks the bound against what it allocated (docs/performance.md §6)."""
     stages = max(tiles.num_stages, 1)
     operands = tiles.block_m * head_dim + 2 * stages * tiles.block_n * head_dim + tiles.block_m * tiles.block_n

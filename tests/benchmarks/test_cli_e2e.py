@@ -49,5 +49,5 @@ def test_a_report_without_its_process_line_is_an_error():
 def test_an_optimization_that_sat_the_run_out_is_named_in_the_row():
     stderr = ("12 documents in 0.50s (24.0 docs/s) on cpu (fp32, attention sdpa); output: o\n"
               "process: model load 0.90s · warm-up 0.00s · first result 3.00s · done 3.60s after the process started\n"
-              "note: host-workers off for this run: 12 documents, fewer than 5,000 (starting the workers costs more)\n")
+              "note: host-workers off for this run: 12 documents, fewer than 20,000 (starting the workers costs more)\n")
     assert cli_e2e.parse_report(stderr)["sat_out"] == ["host-workers"]

@@ -150,7 +150,7 @@ def test_a_run_of_few_documents_goes_without_host_workers_and_its_report_says_so
     report = engine.run(rex, mixed_documents(12, seed=6), RunConfig(batch_size=4, optimizations=["host-workers"]),
                         keep_results=False)
     assert report.documents == 12 and (rex.workers is None or not rex.workers.pipes)      # no process was started
-    assert report.optimizations["host-workers"].startswith("off for this run: 12 documents, fewer than 5,000")
+    assert report.optimizations["host-workers"].startswith("off for this run: 12 documents, fewer than 20,000")
     engine.apply_optimizations(rex, [])
 
 
