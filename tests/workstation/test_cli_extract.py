@@ -1,9 +1,13 @@
 """`launcher.py extract` end to end, in-process through workstation.cli.main."""
 import json
+import subprocess
+import sys
+import time
 
 import pytest
 
 from workstation.cli import main
+from workstation.settings import ROOT
 
 NER = {"人物": None, "地理位置": None, "组织机构": None}
 
@@ -228,3 +232,14 @@ def test_parquet_is_read_in_row_batches(tmp_path, monkeypatch):
                    row_group_size=2)
     assert [(d.id, d.line) for d in inputs.iter_documents(tmp_path / "in.parquet")] == [
         (str(i), i + 1) for i in range(5)]
+
+
+def test_a_process_knows_when_it_started_to_within_its_own_wall_seen_from_outside():
+    # extract's "first result Xs after the process started" must not exceed the wall its parent measures
+    # (psutil's create_time could, by most of a second: it counts from a boot time in whole seconds).
+    code = ("import time, sys; time.sleep(0.3); sys.path.insert(0, '.'); import workstation.cli as c; "
+            "print(time.time() - c.process_start_time())")
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    assert 0.3 <= float(done.stdout.split()[-1]) <= wall
