@@ -68,9 +68,15 @@ def check_results(report: RunReport, documents: Sequence[Document]) -> None:
 
 
 def run_header(report: RunReport, documents: int, source: str, task: str | None, settings: dict | None,
+               label: str | None = None, note: str | None = None) -> RunRecord:
+    """The run's own row, without its documents and unfinished (finished_at NULL) until they are all written."""
+    return RunRecord(**run_values(report, documents, source, task, settings, label, note))
+
+
+def run_values(report: RunReport, documents: int, source: str, task: str | None, settings: dict | None,
                label: str | None = None, note: str | None = None,
-               checksums: dict[str, str | None] | None = None) -> RunRecord:
-    """The run's own row, without its documents and unfinished (finished_at NULL) until they are all written.
+               checksums: dict[str, str | None] | None = None) -> dict[str, Any]:
+    """run_header's values by attribute, every column but the id: one row of a bulk INSERT (record_runs).
     `checksums`: weights -> checksum already computed for runs written together (one look at the files each)."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {', '.join(SOURCES)}, not {source!r}")
@@ -79,7 +85,7 @@ def run_header(report: RunReport, documents: int, source: str, task: str | None,
     checksums = {} if checksums is None else checksums
     if weights not in checksums:
         checksums[weights] = weights_checksum(weights)
-    return RunRecord(
+    return dict(
         created_at=_parse_time(report.started_at), source=source, model=report.model, task=task,
         weights=weights, weights_checksum=checksums[weights], demo=bool(report.demo),
         device=report.device, dtype=report.dtype, attention=report.attention,
@@ -91,21 +97,32 @@ def run_header(report: RunReport, documents: int, source: str, task: str | None,
 
 
 def document_record(run_id: int, position: int, doc: Document, result: Result) -> DocumentRecord:
-    record = DocumentRecord(run_id=run_id, position=position, doc_id=str(doc.id), text=doc.text, schema=doc.schema,
-                            task=doc.task, labels=doc.labels)
-    coverage = [list(r) for r in result.coverage] if result.coverage is not None else None
-    record.result = ResultRecord(output=JsonText(result.output_json_text()), raw=result.raw, warnings=list(result.warnings),
-                                 coverage=coverage, unread_chars=unread_chars(doc.text, result.coverage))
+    document, result_values = document_values(run_id, position, doc, result)
+    record = DocumentRecord(**document)
+    record.result = ResultRecord(**result_values)
     return record
 
 
-def column_values(record) -> dict[str, Any]:
-    """A new record's values by attribute name, its id aside: one row of a bulk INSERT. Every row of a table gets
-    the same keys (an unset column is None, which these tables store as NULL, as the ORM would), so the rows go
-    in one executemany, not one statement per shape."""
-    mapper = sa_inspect(type(record))
-    keys = {c.key for c in mapper.primary_key}
-    return {a.key: getattr(record, a.key) for a in mapper.column_attrs if a.key not in keys}
+def document_values(run_id: int, position: int, doc: Document, result: Result) -> tuple[dict, dict]:
+    """A document's row and its result's (without the document's id, not known before it is inserted), by
+    attribute: what document_record builds, as rows of bulk INSERTs."""
+    coverage = [list(r) for r in result.coverage] if result.coverage is not None else None
+    return ({"run_id": run_id, "position": position, "doc_id": str(doc.id), "text": doc.text, "schema": doc.schema,
+             "task": doc.task, "labels": doc.labels},
+            {"output": JsonText(result.output_json_text()), "raw": result.raw, "warnings": list(result.warnings),
+             "coverage": coverage, "unread_chars": unread_chars(doc.text, result.coverage)})
+
+
+def table_row(record_class, values: dict[str, Any]) -> dict[str, Any]:
+    """Values by attribute -> by column name, for a Core INSERT into the record's table (the ORM's bulk INSERT
+    cost an API server more per one-document run than the rows themselves: docs/benchmarks.md)."""
+    names = _COLUMN_NAMES.get(record_class)
+    if names is None:
+        names = _COLUMN_NAMES[record_class] = {a.key: a.columns[0].name for a in sa_inspect(record_class).column_attrs}
+    return {names[k]: v for k, v in values.items()}
+
+
+_COLUMN_NAMES: dict[type, dict[str, str]] = {}
 
 
 def written_chars(record: DocumentRecord) -> int:

@@ -31,12 +31,14 @@ from storage.jobs_queue import JobQueue
 from storage.records import (
     SOURCES,
     check_results,
-    column_values,
     document_record,
+    document_values,
     run_header,
     run_summary,
+    run_values,
     stored_document,
     stored_result,
+    table_row,
     weights_checksum,
     written_chars,
 )
@@ -173,10 +175,11 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments
         if chars > self.CHUNK_CHARS or sum(len(documents) for _, documents, _, _ in runs) > self.CHUNK_DOCUMENTS:
             return [self.record_run(report, documents, source, settings_snapshot=snapshot)
                     for report, documents, source, snapshot in runs]
-        # Three bulk INSERTs for the whole group, not three ORM flushes per run: an API server writes one run per
-        # request, and the unit of work cost more per one-document run than the tiny model's pass did.
+        # Three INSERTs of plain rows (Core, executemany) for the whole group, not ORM objects: an API server writes
+        # one run per request, and the ORM's unit of work, then its bulk INSERT, each cost more per one-document
+        # run than the tiny model's pass did. Every row of a table has the same keys, so each is one statement.
         checksums: dict[str, str | None] = {}
-        headers = [column_values(run_header(report, len(documents), source, None, snapshot, checksums=checksums))
+        headers = [table_row(RunRecord, run_values(report, len(documents), source, None, snapshot, checksums=checksums))
                    for report, documents, source, snapshot in runs]
         with self._write() as s:
             finished = utcnow()
@@ -185,18 +188,18 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments
             # Under the write lock nobody else inserts, and AUTOINCREMENT hands out ids above every earlier one, in
             # insertion order: the new runs are those above the largest id before, in the order of `runs`.
             before = s.scalar(select(func.max(RunRecord.id))) or 0
-            s.execute(insert(RunRecord).execution_options(render_nulls=True), headers)
+            s.execute(insert(RunRecord.__table__), headers)
             ids = list(s.scalars(select(RunRecord.id).where(RunRecord.id > before).order_by(RunRecord.id)))
-            records = [document_record(run_id, position, doc, result) for run_id, (report, documents, _, _)
-                       in zip(ids, runs) for position, (doc, result) in enumerate(zip(documents, report.results))]
-            if records:
-                # render_nulls: a None goes in as NULL rather than splitting the rows by the columns they set
-                s.execute(insert(DocumentRecord).execution_options(render_nulls=True), [column_values(r) for r in records])
+            rows = [document_values(run_id, position, doc, result) for run_id, (report, documents, _, _)
+                    in zip(ids, runs) for position, (doc, result) in enumerate(zip(documents, report.results))]
+            if rows:
+                s.execute(insert(DocumentRecord.__table__), [table_row(DocumentRecord, d) for d, _ in rows])
                 document_ids = {(run_id, position): document_id for document_id, run_id, position in s.execute(
                     select(DocumentRecord.id, DocumentRecord.run_id, DocumentRecord.position)
                     .where(DocumentRecord.run_id.in_(ids)))}
-                s.execute(insert(ResultRecord).execution_options(render_nulls=True), [
-                    {**column_values(r.result), "document_id": document_ids[(r.run_id, r.position)]} for r in records])
+                s.execute(insert(ResultRecord.__table__), [
+                    table_row(ResultRecord, {**r, "document_id": document_ids[(d["run_id"], d["position"])]})
+                    for d, r in rows])
         return ids
 
     def search_runs(self, text: str | None = None, model: str | None = None, task: str | None = None,

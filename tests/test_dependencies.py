@@ -17,7 +17,8 @@ import launcher
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
 LOCKS = ("requirements.txt", "requirements-corpus.txt", "requirements-dev.txt")        # agree with each other
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[\w,.-]+\])?==(\S+) \\$")     # name[extras]==version, hashes below
+# name[extras]==version, perhaps with an environment marker (uvloop: not on Windows), hashes on the lines below
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[\w,.-]+\])?==(\S+)(?: ; [^\\]+)? \\$")
 
 
 def read_lock(name: str) -> dict[str, tuple[Version, list[str]]]:

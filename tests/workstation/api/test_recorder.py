@@ -86,3 +86,16 @@ def test_a_group_of_runs_is_written_in_a_few_statements_whatever_its_size(store,
     assert all(r.items[1][1].warnings == results[1].warnings and r.items[0][1].to_json() == results[0].to_json()
                for r in stored)
     assert len(store.search_runs(text="阿里巴巴", source="api", limit=100)) == 40      # the search index's triggers ran
+
+
+def test_a_run_written_in_a_group_reads_back_as_the_same_run_written_alone(store):
+    # record_runs writes plain rows (Core INSERTs); record_run writes ORM objects: one run must read back the same.
+    docs, results = ner_run()
+    report = make_report(results)
+    alone = store.get_run(store.record_run(report, docs, "api", settings_snapshot={"surface": "api"}))
+    grouped = store.get_run(store.record_runs([(report, docs, "api", {"surface": "api"})])[0])
+    differs = {"id", "finished_at"}
+    assert {k: v for k, v in vars(alone.summary).items() if k not in differs} == \
+        {k: v for k, v in vars(grouped.summary).items() if k not in differs}
+    assert alone.settings == grouped.settings
+    assert [(d, r.to_json(), r.coverage) for d, r in alone.items] == [(d, r.to_json(), r.coverage) for d, r in grouped.items]
