@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import NER_SCHEMA, demo_weights, environment, mixed_texts
+from benchmarks.common import NER_SCHEMA, commit, demo_weights, environment, mixed_texts
 from contracts.domain import Document
 from workstation import engine
 from workstation.settings import ROOT
@@ -134,19 +134,6 @@ def machine(device: str) -> dict:
         pass
     return {"gpu": torch.cuda.get_device_name(device) if device.startswith("cuda") else None,
             "cpu": cpu, "cpus": os.cpu_count()}
-
-
-def commit() -> str:
-    """HEAD, marked '+changes' when the working tree differs from it (the figures are then of code not in HEAD)."""
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        except OSError:                 # no git installed
-            return ""
-    head = git("rev-parse", "--short", "HEAD")
-    if not head:                        # a copy without .git (the device machine): the commit it was made from
-        return os.environ.get("IEW_COMMIT", "unknown")
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def digest(path: Path) -> str:

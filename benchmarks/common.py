@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import random
+import subprocess
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -12,6 +14,7 @@ from pathlib import Path
 import torch
 
 from workstation import engine
+from workstation.settings import ROOT
 
 NER_SCHEMA = {"人物": None, "地理位置": None, "组织机构": None, "时间": None, "作品": None}
 SENTENCES = [
@@ -38,8 +41,8 @@ def mixed_texts(n: int, seed: int = 0) -> list[str]:
 
 
 def environment(device: str) -> dict:
-    env = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "torch": torch.__version__,
-           "python": platform.python_version(), "device": device}
+    env = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": commit(),
+           "torch": torch.__version__, "python": platform.python_version(), "device": device}
     if device.startswith("cuda"):
         env["gpu"] = torch.cuda.get_device_name(device)
         try:
@@ -49,6 +52,21 @@ def environment(device: str) -> dict:
         except Exception:                                  # noqa: BLE001 - informational only
             pass
     return env
+
+
+def commit() -> str:
+    """HEAD, marked '+changes' when the working tree differs from it (the figures are then of code not in HEAD)."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        except OSError:                 # no git installed
+            return ""
+    if os.environ.get("IEW_COMMIT"):    # a copy whose .git is absent or not its own (a device machine's): named
+        return os.environ["IEW_COMMIT"]
+    head = git("rev-parse", "--short", "HEAD")
+    if not head:                        # no .git, no IEW_COMMIT
+        return "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def sync(device: str) -> None:
