@@ -123,13 +123,13 @@ def labels_from_outputs(outputs: Iterable[list]) -> list[str]:
 def schema_paths(schema: Any) -> set[tuple[str, ...]]:
     """Every type path the schema allows, at any depth: ("人物",), ("人物", "创始人(人物)"), ..."""
     paths: set[tuple[str, ...]] = set()
-
-    def walk(node, prefix):
+    stack = [(schema, ())]                  # a loop: a nested function calling itself is a reference cycle
+    while stack:
+        node, prefix = stack.pop()
         if isinstance(node, dict):
             for key, sub in node.items():
-                paths.add(prefix + (key,))
-                walk(sub, prefix + (key,))
-    walk(schema, ())
+                paths.add((*prefix, key))
+                stack.append((sub, (*prefix, key)))
     return paths
 
 

@@ -54,15 +54,16 @@ def validate_text(text: Any, line: int | None = None) -> None:
 
 def legal_paths(schema: dict) -> set[tuple[str, ...]]:
     """Root-to-leaf type paths: only full paths are output (a bare relation subject is not)."""
+    # A loop, not a nested function calling itself: such a function holds itself through its closure, a cycle
+    # that only a full collection frees, and a server running pass after pass grew by it (docs/benchmarks.md).
     paths: set[tuple[str, ...]] = set()
-
-    def walk(node, prefix):
+    stack = [(schema, ())]
+    while stack:
+        node, prefix = stack.pop()
         if not node:
-            paths.add(tuple(prefix))
-            return
-        for key, sub in node.items():
-            walk(sub, prefix + [key])
-    walk(schema, [])
+            paths.add(prefix)
+        else:
+            stack.extend((sub, (*prefix, key)) for key, sub in node.items())
     return paths
 
 
