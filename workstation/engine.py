@@ -244,7 +244,11 @@ def _slices(documents: Iterable[Document], size: int) -> Iterator[list[Document]
 
 
 _LOCKS = threading.Lock()
-_ASIDE = {"runs": 0}
+_ASIDE = {"runs": 0, "collected_at": time.monotonic()}
+# A process that runs pass after pass (the API's lanes, a batch job) is nearly always inside a run, so the cycles
+# that reached the oldest generation before a run began are set aside with everything else and never looked at:
+# once this long has passed, the run that ends last makes a full collection (a server grew without it).
+FULL_COLLECTION_EVERY_S = 60.0
 
 
 @contextmanager
@@ -256,7 +260,7 @@ def _collector_aside() -> Iterator[None]:
     and a tuple per extracted span) to set off several, which made decoding time jump from run to run; set
     aside, they cost almost nothing (docs/performance.md §4 has the figures). Only
     when collections happen changes: what the run frees is freed, and the objects set aside are looked at
-    again by the first collection after it.
+    again by the first full collection after it, made here at most FULL_COLLECTION_EVERY_S apart.
     """
     with _LOCKS:
         _ASIDE["runs"] += 1
@@ -269,6 +273,9 @@ def _collector_aside() -> Iterator[None]:
             _ASIDE["runs"] -= 1
             if not _ASIDE["runs"]:
                 gc.unfreeze()
+                if time.monotonic() - _ASIDE["collected_at"] >= FULL_COLLECTION_EVERY_S:
+                    gc.collect()
+                    _ASIDE["collected_at"] = time.monotonic()
 
 
 @contextmanager

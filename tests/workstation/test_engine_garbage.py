@@ -42,3 +42,30 @@ def test_runs_leave_no_reference_cycles(fixture, documents, request):
     engine.run(model, documents, config)                              # the first run builds what stays
     garbage = cyclic_garbage(lambda: [engine.run(model, documents, config) for _ in range(3)])
     assert not garbage, f"{len(garbage)} objects in cycles, e.g. {[type(o).__name__ for o in garbage[:8]]}"
+
+
+class Node:
+    def __init__(self):
+        self.me = self                  # a reference cycle: only the cyclic collector frees it
+
+
+def test_cycles_older_than_a_run_are_freed_by_a_run_that_ends_after_the_interval(rex_model, monkeypatch):
+    # A busy server is always inside some run, so garbage that reached the oldest generation before a run's
+    # freeze is never looked at, unless a run that ends after the interval collects it.
+    import weakref
+    documents = [Document("d0", "张三在北京工作。", {"人物": None}, None, None, line=1)]
+    config = RunConfig(model="rexuninlu", batch_size=4)
+    node = Node()
+    gone = weakref.ref(node)
+    gc.collect()                                        # the node survives into the oldest generation
+    del node
+    gc.disable()                                        # no automatic collection: only the run's own
+    try:
+        monkeypatch.setattr(engine, "FULL_COLLECTION_EVERY_S", 3600.0)
+        engine.run(model=rex_model, documents=documents, config=config)
+        assert gone() is not None                       # within the interval: left for later
+        monkeypatch.setattr(engine, "FULL_COLLECTION_EVERY_S", 0.0)
+        engine.run(model=rex_model, documents=documents, config=config)
+        assert gone() is None
+    finally:
+        gc.enable()
