@@ -55,16 +55,18 @@ def environment(device: str) -> dict:
 
 
 def commit() -> str:
-    """HEAD, marked '+changes' when the working tree differs from it (the figures are then of code not in HEAD)."""
+    """HEAD, marked '+changes' when the working tree differs from it (the figures are then of code not in HEAD);
+    IEW_COMMIT names it for a copy whose .git is absent or not its own (a device machine's)."""
+    if os.environ.get("IEW_COMMIT"):
+        return os.environ["IEW_COMMIT"]
+
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
         except OSError:                 # no git installed
             return ""
-    if os.environ.get("IEW_COMMIT"):    # a copy whose .git is absent or not its own (a device machine's): named
-        return os.environ["IEW_COMMIT"]
     head = git("rev-parse", "--short", "HEAD")
-    if not head:                        # no .git, no IEW_COMMIT
+    if not head:
         return "unknown"
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -116,13 +117,13 @@ def document_values(run_id: int, position: int, doc: Document, result: Result) -
 def table_row(record_class, values: dict[str, Any]) -> dict[str, Any]:
     """Values by attribute -> by column name, for a Core INSERT into the record's table (the ORM's bulk INSERT
     cost an API server more per one-document run than the rows themselves: docs/benchmarks.md)."""
-    names = _COLUMN_NAMES.get(record_class)
-    if names is None:
-        names = _COLUMN_NAMES[record_class] = {a.key: a.columns[0].name for a in sa_inspect(record_class).column_attrs}
+    names = _column_names(record_class)
     return {names[k]: v for k, v in values.items()}
 
 
-_COLUMN_NAMES: dict[type, dict[str, str]] = {}
+@cache
+def _column_names(record_class) -> dict[str, str]:
+    return {a.key: a.columns[0].name for a in sa_inspect(record_class).column_attrs}
 
 
 def written_chars(record: DocumentRecord) -> int:
