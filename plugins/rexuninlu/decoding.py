@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-import torch
 
 from contracts.domain import Span
 from plugins.rexuninlu.prompting import Hint
@@ -76,7 +75,7 @@ def to_4_places(probabilities: np.ndarray) -> list[float]:
 class Links:
     rows: list[int]                # positive entries of logits, row-major
     cols: list[int]
-    probs: torch.Tensor | None     # [n, n] sigmoid(logits) on CPU, for classification windows
+    probs: np.ndarray | None       # [n, n] float32 sigmoid(logits), for classification windows
     # Extraction windows scored on a device: the typed spans (head, tail, [TYPE] token, confidence)
     # already paired there, in decoding's order. None: pair them here from rows/cols.
     typed: TypedHits | list[tuple[int, int, int, float]] | None = None
@@ -197,8 +196,9 @@ def decode_spans(window: Window, links: Links, level_map: dict, legal: set, next
     return out
 
 
-def _confidence(probs: torch.Tensor, head: int, tail: int, t_tok: int) -> float:
-    # The reference reads the transposed entries, sums three float32 scalars and rounds.
+def _confidence(probs: np.ndarray, head: int, tail: int, t_tok: int) -> float:
+    # The reference reads the transposed entries, sums three float32 scalars and rounds (float32 throughout in
+    # numpy too: a Python int does not widen a float32 scalar).
     return round(((probs[tail, head] + probs[t_tok, head] + probs[tail, t_tok]) / 3).item(), 4)
 
 

@@ -68,13 +68,13 @@ def sparsify_head(model: RexModel, out_dir: Path, share: float) -> None:
     from contracts.model import Knobs
     from plugins.rexuninlu.loading import load_tokenizer
     from plugins.rexuninlu.pipeline import document_run
-    from plugins.rexuninlu.prompting import Prompter
+    from plugins.rexuninlu.prompting import Prompter, Vocabulary
     from plugins.rexuninlu.scoring import WindowScorer, isolation_mask
     samples = [("北大西洋议会春季会议26日在西班牙巴塞罗那闭幕。中央电视台和中国电视剧制作中心摄制了红楼梦。",
                 {"人物": None, "地理位置": None, "组织机构": None}),
                ("7月28日，天津泰达在德比战中以0-1负于天津天海。", {"胜负(事件触发词)": {"时间": None, "败者": None}})]
     tok = load_tokenizer(out_dir)
-    prompter = Prompter(tok)
+    prompter = Prompter(Vocabulary.of(tok))
     windows = [document_run(prompter, t, sch).send(None)[0] for t, sch in samples]
     p = WindowScorer(model, tok.pad_token_id, prompter.type_id, "cpu", Knobs()).pack([[w] for w in windows])
     with torch.no_grad():

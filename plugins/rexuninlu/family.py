@@ -15,7 +15,7 @@ from contracts.words import plural
 from plugins.rexuninlu import demo, loading
 from plugins.rexuninlu.modeling import forget_fused_projections
 from plugins.rexuninlu.pipeline import run_documents
-from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, validate_schema, validate_text
+from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, Vocabulary, validate_schema, validate_text
 from plugins.rexuninlu.scoring import WindowScorer
 from plugins.rexuninlu.workers import HostWorkers
 
@@ -90,8 +90,8 @@ class RexUniNLU(ModelFamily):
         return validate_gold(output, document.text, document.schema, document.line)
 
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedRex":
-        network, _ = loading.load_model(Path(weights))
-        model = LoadedRex(self, Path(weights), device, loading.load_tokenizer(Path(weights)), network.to(device))
+        network, _ = loading.load_model(Path(weights), device)
+        model = LoadedRex(self, Path(weights), device, loading.load_tokenizer(Path(weights)), network)
         model.set_dtype(dtype)
         return model
 
@@ -112,7 +112,7 @@ class LoadedRex(LoadedModel):
         self.is_demo = (weights / DEMO_MARKER).exists()
         self.knobs = Knobs()
         self.network = network
-        self.prompter = Prompter(tokenizer)
+        self.prompter = Prompter(Vocabulary.of(tokenizer))
         self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device, self.knobs)
         self.scorer.clock = lambda: self.clock
         self.workers: HostWorkers | None = None          # started by the first run that uses them
@@ -170,7 +170,7 @@ class LoadedRex(LoadedModel):
             self.workers.close()
             self.workers = None
         if self.workers is None:
-            self.workers = HostWorkers(self.weights, self.knobs.host_workers)
+            self.workers = HostWorkers(self.prompter.vocabulary, self.knobs.host_workers)
             weakref.finalize(self, self.workers.close)
         return self.workers
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Generator, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Generator, Iterator, Sequence
 
 from contracts.domain import Document, Result, Span
 from contracts.stages import IDLE, StageClock
@@ -25,7 +25,9 @@ from plugins.rexuninlu.decoding import (
     path_info,
 )
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, legal_paths, task_kind
-from plugins.rexuninlu.scoring import Scoring, WindowScorer
+
+if TYPE_CHECKING:       # host workers run this module's document loop without torch (workers.py)
+    from plugins.rexuninlu.scoring import Scoring, WindowScorer
 
 # Windows one document hands over per step: bounds memory for very long texts.
 WINDOWS_PER_STEP = 64

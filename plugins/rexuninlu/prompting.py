@@ -110,14 +110,37 @@ class Encoded:
     padded: ArrayLayout | None                   # the hint's padded layout, None where windows need `layout`
 
 
+@dataclass(frozen=True)
+class Vocabulary:
+    """What prompting needs of the tokenizer: its Rust backend (a `tokenizers.Tokenizer`) and the ids of the special
+    and prompt tokens. It pickles without transformers or torch, so a host worker process (workers.py) gets it whole
+    and starts without importing either: importing them took each worker seconds, inside the run that waited."""
+
+    rust: Any
+    cls_id: int
+    sep_id: int
+    pad_id: int
+    prefix_id: int
+    type_id: int
+    classify_id: int
+    multi_id: int
+    split_special_tokens: bool = False      # transformers' switch, set on the backend before each call
+
+    @classmethod
+    def of(cls, tokenizer) -> "Vocabulary":
+        """From a transformers fast tokenizer (loading.load_tokenizer), sharing its backend."""
+        return cls(tokenizer.backend_tokenizer, tokenizer.cls_token_id, tokenizer.sep_token_id,
+                   tokenizer.pad_token_id, *tokenizer.convert_tokens_to_ids([PREFIX, TYPE, CLASSIFY, MULTICLASSIFY]),
+                   bool(getattr(tokenizer, "split_special_tokens", False)))
+
+
 class Prompter:
     """Tokenizer-bound prompt building. Token counts are cached: schemas repeat across documents."""
 
-    def __init__(self, tokenizer):
-        self.tok = tokenizer
-        self.cls_id, self.sep_id, self.pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
-        self.prefix_id, self.type_id, self.classify_id, self.multi_id = tokenizer.convert_tokens_to_ids(
-            [PREFIX, TYPE, CLASSIFY, MULTICLASSIFY])
+    def __init__(self, vocabulary: Vocabulary):
+        self.vocabulary = v = vocabulary
+        self.cls_id, self.sep_id, self.pad_id = v.cls_id, v.sep_id, v.pad_id
+        self.prefix_id, self.type_id, self.classify_id, self.multi_id = v.prefix_id, v.type_id, v.classify_id, v.multi_id
         self._prompt_ids = frozenset((self.prefix_id, self.type_id))
         self.token_count = lru_cache(maxsize=65536)(self._token_count)
         self._pieces: dict[str, tuple] = {}
@@ -125,16 +148,18 @@ class Prompter:
         # A fast tokenizer must not be called from two threads at once (its Rust state is borrowed
         # mutably per call); the prefetch thread and the main thread both tokenize.
         self._tok_lock = threading.Lock()
-        # A fast tokenizer's Rust backend, called directly: transformers' wrapping of each result in
-        # dicts and lists costs host time per document; None keeps the plain `tok(...)` call.
-        self._rust = tokenizer.backend_tokenizer if getattr(tokenizer, "is_fast", False) else None
+        # The Rust backend, called directly: transformers' wrapping of each result in dicts and lists costs host
+        # time per document.
+        self._rust = v.rust
         self.head_layout = lru_cache(maxsize=4096)(self._head_layout)
         self.head = lru_cache(maxsize=4096)(self._head)                # hints repeat across documents
         self.first_hints = lru_cache(maxsize=1024)(self._first_hints)
 
     def _token_count(self, s: str) -> int:
         with self._tok_lock:
-            return len(self.tok(s)["input_ids"]) - 1          # tokens + 1 (the [PREFIX]/[TYPE] in front)
+            self._settle_rust()
+            # [CLS] s [SEP], as transformers' `tok(s)` gives it, less one: the tokens + 1 (the [PREFIX]/[TYPE] in front)
+            return len(self._rust.encode(s).ids) - 1
 
     def hints(self, level_map: dict[PrefixTuple, dict]) -> list[Hint]:
         """Pack every (prefix, type) of one level into hints of at most 256 tokens (docs/models/rexuninlu.md §2.3).
@@ -237,17 +262,14 @@ class Prompter:
         """Ids and offsets of each text, as `tok(texts, add_special_tokens=False, return_offsets_mapping=True)`
         gives them; one call, which the Rust tokenizer runs in parallel."""
         with self._tok_lock:
-            if self._rust is None:
-                enc = self.tok(texts, add_special_tokens=False, return_offsets_mapping=True)
-                return [(ids, [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
             self._settle_rust()
             encodings = self._rust.encode_batch(texts, add_special_tokens=False)
         return [(e.ids, e.offsets) for e in encodings]
 
     def _settle_rust(self) -> None:
-        """Set the Rust tokenizer as transformers sets it before such a call: an earlier call through `tok`
-        with truncation or padding leaves those switched on."""
-        rust, split = self._rust, getattr(self.tok, "split_special_tokens", False)
+        """Set the Rust tokenizer as transformers sets it before such a call: an earlier call through the
+        transformers tokenizer that shares it, with truncation or padding, leaves those switched on."""
+        rust, split = self._rust, self.vocabulary.split_special_tokens
         if rust.truncation is not None:
             rust.no_truncation()
         if rust.padding is not None:

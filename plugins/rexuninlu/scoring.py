@@ -296,7 +296,7 @@ class WindowScorer:
             typed = self.window_local(typed, f.starts).cpu().numpy()
             other = self.window_local(other, f.starts).tolist()
             confidence, link_probs = confidence.cpu().numpy(), link_probs.tolist()
-            probs = [pr.cpu() for pr in f.probs]
+            probs = [pr.cpu().numpy() for pr in f.probs]
         # Waiting for the read-back above is no host work; handing the links out per window is decoding.
         with (self.clock() if self.clock else IDLE).stage("decode"):
             per_typed = typed_per_window(typed, confidence, len(f.windows))

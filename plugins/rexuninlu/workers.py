@@ -8,6 +8,9 @@ this process only batches the windows the workers hand over, scores them, hands 
 the finished Results in input order. Results cross as their JSON bytes (transport.py), so writing them needs
 no per-span work here either; the bytes go through a file, not the pipe.
 
+A worker imports neither torch nor transformers (its tokenizer comes as a pickled prompting.Vocabulary, its links
+as numpy arrays): with them, each of a dozen workers spent seconds importing, inside the run that waited for it.
+
 Messages, each a tuple (kind, group number, payload):
   to a worker:   ("start", k, documents)  ("links", k, links)  and None to stop
   from a worker: ("windows", k, windows)  ("done", k, (headers, outputs, stage seconds))  ("failed", k, exception)
@@ -25,17 +28,18 @@ import traceback
 from collections import deque
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
-from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 
 from contracts.domain import Document, Result
 from contracts.stages import StageClock
 from plugins.rexuninlu.pipeline import AHEAD, Group, start_group, to_result
-from plugins.rexuninlu.prompting import Prompter
-from plugins.rexuninlu.scoring import Scoring, WindowScorer
+from plugins.rexuninlu.prompting import Prompter, Vocabulary
 from plugins.rexuninlu.transport import spool, unspool
+
+if TYPE_CHECKING:       # the run's process has them; a worker never imports torch (above)
+    from plugins.rexuninlu.scoring import Scoring, WindowScorer
 
 # Groups a worker holds at once: one waiting on the device while it prepares or decodes the other.
 GROUPS_PER_WORKER = 2
@@ -51,8 +55,8 @@ POLL_SECONDS = 0.001
 class HostWorkers:
     """A pool of worker processes for one tokenizer, started when first used and kept for later runs."""
 
-    def __init__(self, weights: Path, count: int):
-        self.weights, self.count = Path(weights), count
+    def __init__(self, vocabulary: Vocabulary, count: int):
+        self.vocabulary, self.count = vocabulary, count
         self.pipes: list[Connection] = []
         self.processes: list = []
         self.spool: tempfile.TemporaryDirectory | None = None     # where the workers spool their results' bytes
@@ -70,7 +74,7 @@ class HostWorkers:
         context = multiprocessing.get_context("spawn")
         for i in range(self.count):
             mine, theirs = context.Pipe()
-            process = context.Process(target=work, args=(theirs, str(self.weights), self.folder), daemon=True,
+            process = context.Process(target=work, args=(theirs, self.vocabulary, self.folder), daemon=True,
                                       name=f"rexuninlu-host-{i}")
             process.start()
             theirs.close()
@@ -220,20 +224,16 @@ def deliver(pipe: Connection, message) -> None:
         raise RuntimeError(STOPPED) from e
 
 
-def work(pipe: Connection, weights: str, folder: str) -> None:
+def work(pipe: Connection, vocabulary: Vocabulary, folder: str) -> None:
     """A worker process: set up for sharing the machine, then serve."""
-    import torch
-
-    from plugins.rexuninlu.loading import load_tokenizer
-    # The cores are shared by the workers: one thread each for decoding's few tensor operations and for the
-    # tokenizer (whose Rust pool would otherwise start a thread per core in every worker).
-    torch.set_num_threads(1)
+    # The cores are shared by the workers: one thread each for the tokenizer (whose Rust pool would otherwise
+    # start a thread per core in every worker; it reads this when its first batch call starts the pool).
     os.environ["RAYON_NUM_THREADS"] = "1"
     # The inbox thread (serve) needs the interpreter for each 64 KiB it reads while this one decodes: at the
     # default 5 ms switch interval, the run's process sending links could wait that long per 64 KiB.
     sys.setswitchinterval(0.0005)
-    prompter = Prompter(load_tokenizer(Path(weights)))
-    # What exists now (torch, the tokenizer: some 200,000 objects) is kept out of the cyclic collector, as the run's
+    prompter = Prompter(vocabulary)
+    # What exists now (the modules, the tokenizer) is kept out of the cyclic collector, as the run's
     # process does (engine._collector_aside): a full collection over it took a worker about 0.1 s, during which it
     # read no message, so the run's process sending it links waited as long, and the device with it (seen in a trace).
     gc.freeze()

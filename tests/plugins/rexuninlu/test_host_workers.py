@@ -1,8 +1,11 @@
 """Host workers: the host's share of a run in worker processes gives exactly what one process gives, in order."""
 import json
 import os
+import subprocess
+import sys
 import threading
 from multiprocessing import Pipe
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +14,7 @@ from benchmarks.density import DENSITIES, calibrate
 from contracts.domain import Document
 from plugins.optimizations import host_workers
 from plugins.rexuninlu.loading import load_tokenizer
-from plugins.rexuninlu.prompting import Prompter
+from plugins.rexuninlu.prompting import Prompter, Vocabulary
 from plugins.rexuninlu.transport import WrittenResult
 from plugins.rexuninlu.workers import serve
 from tests.plugins.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
@@ -97,7 +100,7 @@ def test_a_worker_that_dies_fails_the_run_clearly_and_the_next_run_starts_afresh
 
 def test_a_failure_inside_a_worker_comes_back_as_the_exception(rex_tiny, tmp_path):
     ours, theirs = Pipe()
-    worker = threading.Thread(target=serve, args=(theirs, Prompter(load_tokenizer(rex_tiny)), str(tmp_path)),
+    worker = threading.Thread(target=serve, args=(theirs, Prompter(Vocabulary.of(load_tokenizer(rex_tiny))), str(tmp_path)),
                               daemon=True)
     worker.start()
     ours.send(("links", 99, []))                          # links for a group it never started
@@ -168,6 +171,23 @@ def test_host_workers_are_started_before_the_first_batch_not_inside_the_run(rex,
     report = engine.run(rex, mixed_documents(12, seed=7), RunConfig(batch_size=4), keep_results=False)
     assert report.documents == 12 and up_when_extracting == [True]
     assert "host-workers" not in report.optimizations
+    rex.knobs.host_workers = 0
+
+
+def test_a_worker_starts_without_torch_or_transformers(rex):
+    """Each of a dozen workers importing torch took seconds inside the run that waited for it (docs/benchmarks.md):
+    the worker's imports stop short of both, and a running worker maps no libtorch."""
+    probe = ("import sys, plugins.rexuninlu.workers, plugins.rexuninlu.transport; "
+             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    imported = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parents[3])
+    assert imported.stdout.strip() == "[]"
+    lines, _ = written(rex, mixed_documents(12, seed=8), 4, workers=2)
+    assert len(lines) == 12
+    for process in rex.workers.processes:
+        maps = Path(f"/proc/{process.pid}/maps")
+        if maps.exists():                                   # Linux
+            assert "libtorch" not in maps.read_text()
     rex.knobs.host_workers = 0
 
 

@@ -1,7 +1,9 @@
+import pickle
+
 import pytest
 
 from contracts.domain import InputError
-from plugins.rexuninlu.prompting import Prompter, allowed, legal_paths, validate_schema, validate_text
+from plugins.rexuninlu.prompting import Prompter, Vocabulary, allowed, legal_paths, validate_schema, validate_text
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +25,15 @@ def test_prefixes_pack_into_one_hint_in_discovery_order(prompter):
                              "[PREFIX]组织机构: 央视[TYPE]成立日期(时间)")
 
 
-def test_large_schema_splits_into_hints_of_at_most_256_tokens(prompter):
+def test_large_schema_splits_into_hints_of_at_most_256_tokens(prompter, rex_tiny):
+    from plugins.rexuninlu.loading import load_tokenizer
+    tok = load_tokenizer(rex_tiny)
     schema = {f"很长的实体类型名称第{i}号": None for i in range(80)}
     hints = prompter.hints({(): schema})
     assert len(hints) > 1
     assert all(h.text.startswith("[PREFIX]") for h in hints)
     for h in hints:
-        assert len(prompter.tok(h.text)["input_ids"]) <= 256
+        assert len(tok(h.text)["input_ids"]) <= 256
     assert sum(len(h.type_chars) for h in hints) == 80
 
 
@@ -119,7 +123,7 @@ def test_whitespace_only_text_still_runs_a_window_like_the_reference(rex_model):
 def test_sep_inside_a_hint_follows_the_reference_segment_layout(prompter):
     # Schema key "a[SEP]b": the reference sends the [SEP] and the tokens after it (until the next
     # [TYPE]) to the text segment, lists positions segment by segment, and blanks index ranges.
-    a, b, c, t1, t2 = (prompter.tok.convert_tokens_to_ids(x) for x in "甲乙丙丁戊")
+    a, b, c, t1, t2 = (prompter.vocabulary.rust.token_to_id(x) for x in "甲乙丙丁戊")
     cls, pre, typ, sep = prompter.cls_id, prompter.prefix_id, prompter.type_id, prompter.sep_id
     ids = [cls, pre, typ, a, sep, b, typ, c, sep, t1, t2, sep]
     pos, grp, types = prompter.layout(ids)
@@ -143,9 +147,9 @@ VARIED_TEXTS = ["", " ", "\t\n", "Hello world, this is English.", "mixed 中文 
 
 
 @pytest.fixture
-def fresh_prompter(rex_tiny):
+def tokenizer(rex_tiny):
     from plugins.rexuninlu.loading import load_tokenizer
-    return Prompter(load_tokenizer(rex_tiny))
+    return load_tokenizer(rex_tiny)
 
 
 def transformers_pieces(tok, texts):
@@ -153,21 +157,28 @@ def transformers_pieces(tok, texts):
     return [(ids, [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
 
 
-def test_direct_rust_tokenizing_equals_the_transformers_call(fresh_prompter):
-    p = fresh_prompter
-    assert p._rust is not None, "the checkpoint's tokenizer is a fast one: the direct path is under test"
-    expected = transformers_pieces(p.tok, VARIED_TEXTS)
-    p.tok("a long text to truncate", truncation=True, max_length=3)     # leaves truncation switched on
+def test_direct_rust_tokenizing_equals_the_transformers_call(tokenizer):
+    p = Prompter(Vocabulary.of(tokenizer))                               # sharing the tokenizer's Rust backend
+    expected = transformers_pieces(tokenizer, VARIED_TEXTS)
+    tokenizer("a long text to truncate", truncation=True, max_length=3)  # leaves truncation switched on
     assert [p._tokenize(t) for t in VARIED_TEXTS] == expected
+    assert [p.token_count(t) for t in VARIED_TEXTS] == [len(tokenizer(t)["input_ids"]) - 1 for t in VARIED_TEXTS]
     p.prefetch(VARIED_TEXTS)
     assert [p.pieces(t) for t in VARIED_TEXTS] == expected
 
 
-def test_slow_path_without_the_rust_tokenizer_gives_the_same_pieces(fresh_prompter):
-    p = fresh_prompter
-    direct = [p._tokenize(t) for t in VARIED_TEXTS]
-    p._rust = None
-    assert [p._tokenize(t) for t in VARIED_TEXTS] == direct
+def test_a_pickled_vocabulary_prompts_as_the_tokenizer_does_without_transformers(tokenizer):
+    """What a host worker gets (workers.py): its own copy of the Rust backend and the ids, nothing of transformers."""
+    copy = pickle.loads(pickle.dumps(Vocabulary.of(tokenizer)))
+    assert copy.rust is not tokenizer.backend_tokenizer and "transformers" not in type(copy.rust).__module__
+    here, there = Prompter(Vocabulary.of(tokenizer)), Prompter(copy)
+    schema = {"人物": None, "地理位置": None, "组织机构": {"创始人(人物)": None}}
+    for text in VARIED_TEXTS:
+        assert [p.token_count(text) for p in (here, there)] == [len(tokenizer(text)["input_ids"]) - 1] * 2
+        assert here.pieces(text) == there.pieces(text)
+        hint = here.hints({(): schema})[0].text
+        a, b = here.encode(hint, text, "no_cls"), there.encode(hint, text, "no_cls")
+        assert (a.n_hint, a.ids, a.offsets) == (b.n_hint, b.ids, b.offsets)
 
 
 @pytest.mark.parametrize("schema", [{"人物": None, "地理位置": None}, {"正向": None, "负向": None},

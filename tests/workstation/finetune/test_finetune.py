@@ -50,14 +50,14 @@ def test_gold_levels_teach_the_next_level_with_gold_prefixes():
 def test_label_matrix_links_head_tail_and_type_tokens(rex_model):
     p = rex_model.prompter
     level0, level1 = examples(p, RE_TEXT, RE_SCHEMA, RE_GOLD)
-    tokens = p.tok.convert_ids_to_tokens(level0.window.ids)
+    tokens = [p.vocabulary.rust.id_to_token(i) for i in level0.window.ids]
     # [CLS] [PREFIX] [TYPE] 人 物 [TYPE] 地 理 位 置 [SEP] 张 三 在 北 京 工 作 [SEP]
     assert tokens[2] == tokens[5] == "[TYPE]" and tokens[11:16] == ["张", "三", "在", "北", "京"]
     assert level0.window.n_hint == 11
     person, place = 2, 5
     assert sorted(level0.positives) == sorted([(11, 12), (11, person), (person, 12),    # 张三: span, head, tail
                                                (14, 15), (14, place), (place, 15)])     # 北京
-    tokens = p.tok.convert_ids_to_tokens(level1.window.ids)
+    tokens = [p.vocabulary.rust.id_to_token(i) for i in level1.window.ids]
     # level 1: [CLS] [PREFIX] 人 物 : 张 三 [TYPE] 工作地点(...) [SEP] 张 三 在 北 京 ...
     relation, nh = tokens.index("[TYPE]"), level1.window.n_hint
     assert tokens[nh + 3:nh + 5] == ["北", "京"]
