@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import pickle
 import queue
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import traceback
 from collections import deque
 from dataclasses import replace
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
@@ -70,11 +72,17 @@ class HostWorkers:
             self.spool = tempfile.TemporaryDirectory(prefix="iew-results-", ignore_cleanup_errors=True)
         except OSError:
             self.spool = None
+        # The tokenizer (some 150 KB pickled) goes by file where it can: among a spawned process's arguments it held
+        # this process at each start until that worker had booted and read it (a pipe holds 64 KB), one after another.
+        vocabulary: Vocabulary | Path = self.vocabulary
+        if self.spool is not None:
+            vocabulary = Path(self.spool.name) / "vocabulary.pickle"
+            vocabulary.write_bytes(pickle.dumps(self.vocabulary))
         # spawn, not fork: the parent holds CUDA state and threads (the UI's, the monitor's, the prefetch thread).
         context = multiprocessing.get_context("spawn")
         for i in range(self.count):
             mine, theirs = context.Pipe()
-            process = context.Process(target=work, args=(theirs, self.vocabulary, self.folder), daemon=True,
+            process = context.Process(target=work, args=(theirs, vocabulary, self.folder), daemon=True,
                                       name=f"rexuninlu-host-{i}")
             process.start()
             theirs.close()
@@ -224,8 +232,10 @@ def deliver(pipe: Connection, message) -> None:
         raise RuntimeError(STOPPED) from e
 
 
-def work(pipe: Connection, vocabulary: Vocabulary, folder: str) -> None:
+def work(pipe: Connection, vocabulary: Vocabulary | Path, folder: str) -> None:
     """A worker process: set up for sharing the machine, then serve."""
+    if isinstance(vocabulary, Path):
+        vocabulary = pickle.loads(vocabulary.read_bytes())
     # The cores are shared by the workers: one thread each for the tokenizer (whose Rust pool would otherwise
     # start a thread per core in every worker; it reads this when its first batch call starts the pool).
     os.environ["RAYON_NUM_THREADS"] = "1"
