@@ -52,6 +52,8 @@ GROUP_SHARE = 4
 # How long the run's process waits for a message while the device works on what it has, before it looks
 # whether the oldest set is done (it reads back only what is done, and takes messages meanwhile).
 POLL_SECONDS = 0.001
+# Beside the spooled results (transport.py), read by every worker as it starts.
+VOCABULARY_FILE = "vocabulary.pickle"
 
 
 class HostWorkers:
@@ -76,7 +78,7 @@ class HostWorkers:
         # this process at each start until that worker had booted and read it (a pipe holds 64 KB), one after another.
         vocabulary: Vocabulary | Path = self.vocabulary
         if self.spool is not None:
-            vocabulary = Path(self.spool.name) / "vocabulary.pickle"
+            vocabulary = Path(self.spool.name) / VOCABULARY_FILE
             vocabulary.write_bytes(pickle.dumps(self.vocabulary))
         # spawn, not fork: the parent holds CUDA state and threads (the UI's, the monitor's, the prefetch thread).
         context = multiprocessing.get_context("spawn")

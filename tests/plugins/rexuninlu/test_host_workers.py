@@ -16,7 +16,7 @@ from plugins.optimizations import host_workers
 from plugins.rexuninlu.loading import load_tokenizer
 from plugins.rexuninlu.prompting import Prompter, Vocabulary
 from plugins.rexuninlu.transport import WrittenResult
-from plugins.rexuninlu.workers import serve
+from plugins.rexuninlu.workers import VOCABULARY_FILE, serve
 from tests.plugins.rexuninlu.test_model import NER, ONE_STEP, assert_same_outputs, mixed_documents
 from workstation import engine, plugins
 from workstation.run_config import RunConfig
@@ -68,7 +68,7 @@ def test_host_workers_write_what_one_process_writes(rex, density):
     assert report.documents == len(docs) and len(rex.workers.processes) == 2
     assert report.stages["prepare"] > 0 and report.stages["decode"] > 0        # the workers' seconds, added
     assert all(isinstance(r, WrittenResult) and r._tuples is None for r in results)  # crossed as their JSON
-    assert os.listdir(rex.workers.folder) == []                                 # every group's file read and removed
+    assert os.listdir(rex.workers.folder) == [VOCABULARY_FILE]                  # every group's file read and removed
     assert_same_outputs([r.to_json()["output"] for r in results], [json.loads(line)["output"] for line in alone], ONE_STEP)
 
 
