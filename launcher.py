@@ -113,7 +113,7 @@ def bootstrap(with_tests: bool) -> None:
 
 
 def point_compile_caches() -> None:
-    """Triton's and Inductor's on-disk caches in cache/ beside the history database (data/cache/ by default), set
+    """Triton's, Inductor's and the plugins' on-disk caches in cache/ beside the history database (data/cache/ by default), set
     before torch or triton is imported, so that a kernel one process compiled is found by the next instead of
     being compiled again. IEW_CACHE_DIR moves the folder (`bench cli-e2e` gives a cold run an empty one); a
     TRITON_CACHE_DIR or TORCHINDUCTOR_CACHE_DIR set by the user wins."""
@@ -131,6 +131,7 @@ def point_compile_caches() -> None:
         root = (path if path.is_absolute() else settings.resolve().parent / path).parent / "cache"
     os.environ.setdefault("TRITON_CACHE_DIR", str(Path(root) / "triton"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(root) / "inductor"))
+    os.environ["IEW_CACHE_DIR"] = str(root)         # the plugins' own caches (RexUniNLU's tokenizer) go here too
 
 
 def main() -> int:

@@ -91,7 +91,7 @@ class RexUniNLU(ModelFamily):
 
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedRex":
         network, _ = loading.load_model(Path(weights), device)
-        model = LoadedRex(self, Path(weights), device, loading.load_tokenizer(Path(weights)), network)
+        model = LoadedRex(self, Path(weights), device, loading.load_vocabulary(Path(weights)), network)
         model.set_dtype(dtype)
         return model
 
@@ -107,13 +107,13 @@ class LoadedRex(LoadedModel):
     capabilities = frozenset({Capability.UNPAD, Capability.CUDA_GRAPHS, Capability.CHECKPOINTING,
                               Capability.REDUCED_PRECISION, Capability.HOST_WORKERS})
 
-    def __init__(self, family: RexUniNLU, weights: Path, device: str, tokenizer, network):
+    def __init__(self, family: RexUniNLU, weights: Path, device: str, vocabulary: Vocabulary, network):
         self.family, self.weights, self.device = family, weights, device
         self.is_demo = (weights / DEMO_MARKER).exists()
         self.knobs = Knobs()
         self.network = network
-        self.prompter = Prompter(Vocabulary.of(tokenizer))
-        self.scorer = WindowScorer(network, tokenizer.pad_token_id, self.prompter.type_id, device, self.knobs)
+        self.prompter = Prompter(vocabulary)
+        self.scorer = WindowScorer(network, vocabulary.pad_id, vocabulary.type_id, device, self.knobs)
         self.scorer.clock = lambda: self.clock
         self.workers: HostWorkers | None = None          # started by the first run that uses them
         self.in_process = False                          # prepare_run's decision: this run without the workers

@@ -6,7 +6,10 @@ The reference loads with strict=False, which hides mismatches; we fail and name 
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -14,10 +17,14 @@ import torch
 from contracts.domain import WeightsError
 from contracts.torch.checkpoints import check_tensors, read_state_dict
 from plugins.rexuninlu.modeling import RexConfig, RexModel
+from plugins.rexuninlu.prompting import Vocabulary
 
 # Added at run time by the reference, in this order; the ids are len(vocab.txt) + k.
 PROMPT_TOKENS = ("[PREFIX]", "[TYPE]", "[CLASSIFY]", "[MULTICLASSIFY]")
 REQUIRED_FILES = ("config.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+# What BertTokenizerFast.from_pretrained reads, where present: the tokenizer cache is keyed on them.
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.json",
+                   "added_tokens.json")
 WEIGHT_FILES = ("pytorch_model.bin", "model.safetensors")
 # Buffers some exports carry that do not affect the computation.
 BENIGN_EXTRA_KEYS = ("plm.embeddings.position_ids",)
@@ -68,6 +75,43 @@ def load_tokenizer(weights: Path):
         raise WeightsError(f"{weights}: prompt tokens got ids {ids}; expected {base}..{base + 3}. "
                            "Does vocab.txt already contain [PREFIX]/[TYPE]?")
     return tok
+
+
+def load_vocabulary(weights: Path) -> Vocabulary:
+    """The tokenizer as prompting uses it. transformers builds it (BertTokenizerFast, as the reference does) the first
+    time; its Rust backend and ids are then kept in the cache folder the launcher names (IEW_CACHE_DIR), from which a
+    later process loads them in milliseconds without importing transformers, about 2 s of every `extract` on the
+    GPU machine (docs/benchmarks.md). Keyed on the tokenizer's files and the transformers and tokenizers versions
+    that built it; without a cache folder, or with an unreadable entry, it is built again."""
+    folder = os.environ.get("IEW_CACHE_DIR")
+    entry = Path(folder) / "tokenizers" / f"rexuninlu-{_tokenizer_key(weights)}.json" if folder else None
+    if entry is not None and entry.is_file():
+        try:
+            from tokenizers import Tokenizer
+            kept = json.loads(entry.read_text("utf-8"))
+            return Vocabulary(Tokenizer.from_str(kept["tokenizer"]), **kept["ids"])
+        except Exception:                      # noqa: BLE001 - unreadable, truncated, another format: build it again
+            pass
+    vocabulary = Vocabulary.of(load_tokenizer(weights))
+    if entry is not None:
+        ids = {k: v for k, v in vars(vocabulary).items() if k != "rust"}
+        try:
+            entry.parent.mkdir(parents=True, exist_ok=True)
+            partial = entry.with_suffix(f".{os.getpid()}.part")
+            partial.write_text(json.dumps({"tokenizer": vocabulary.rust.to_str(), "ids": ids}), "utf-8")
+            os.replace(partial, entry)                  # whole or not at all, for a process reading it meanwhile
+        except OSError:
+            pass                                        # a read-only cache folder: the next process builds it too
+    return vocabulary
+
+
+def _tokenizer_key(weights: Path) -> str:
+    digest = hashlib.sha256(repr((PROMPT_TOKENS, metadata.version("transformers"), metadata.version("tokenizers")))
+                            .encode())
+    for name in TOKENIZER_FILES:
+        path = weights / name
+        digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"-"))
+    return digest.hexdigest()[:32]
 
 
 def load_model(weights: Path, device: str = "cpu") -> tuple[RexModel, RexConfig]:

@@ -1,4 +1,9 @@
+import json
 import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -189,3 +194,42 @@ def test_windows_cut_from_the_hint_layout_equal_layout_of_their_ids(prompter, te
     for window in document_run(prompter, text, schema).send(None):
         assert [list(a) for a in (window.positions, window.groups, window.types)] == list(prompter.layout(window.ids))
         assert window.n_hint == window.ids.index(prompter.sep_id) + 1 or "[SEP]" in window.hint.text
+
+
+CACHED_PROMPTER = """
+import json, sys
+from pathlib import Path
+from plugins.rexuninlu.loading import load_vocabulary
+from plugins.rexuninlu.prompting import Prompter
+p = Prompter(load_vocabulary(Path(sys.argv[1])))
+texts = json.loads(sys.stdin.read())
+print(json.dumps(["transformers" in sys.modules, [p.pieces(t) for t in texts], [p.token_count(t) for t in texts]]))
+"""
+
+
+def test_a_second_process_takes_the_tokenizer_from_the_cache_folder_without_transformers(rex_tiny, tokenizer,
+                                                                                       tmp_path, monkeypatch):
+    """Importing transformers to build the tokenizer was about 2 s of every `extract` (docs/benchmarks.md): the first
+    process keeps what it built in the cache folder, and the next loads that, and prompts exactly as the first."""
+    from plugins.rexuninlu.loading import _tokenizer_key, load_vocabulary
+    monkeypatch.setenv("IEW_CACHE_DIR", str(tmp_path))
+    built = Prompter(load_vocabulary(rex_tiny))
+    [entry] = (tmp_path / "tokenizers").iterdir()
+
+    def second_process() -> list:
+        done = subprocess.run([sys.executable, "-c", CACHED_PROMPTER, str(rex_tiny)], input=json.dumps(VARIED_TEXTS),
+                              capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[3])
+        return json.loads(done.stdout)
+
+    imported, pieces, counts = second_process()
+    assert not imported
+    assert pieces == json.loads(json.dumps([built.pieces(t) for t in VARIED_TEXTS]))
+    assert counts == [built.token_count(t) for t in VARIED_TEXTS] == [len(tokenizer(t)["input_ids"]) - 1
+                                                                       for t in VARIED_TEXTS]
+    entry.write_text('{"tokenizer": "not one"}', "utf-8")                 # a broken entry is built again
+    imported, pieces_again, _ = second_process()
+    assert imported and pieces_again == pieces and json.loads(entry.read_text("utf-8"))["ids"]["type_id"] == built.type_id
+    copy = tmp_path / "other"
+    shutil.copytree(rex_tiny, copy)
+    (copy / "vocab.txt").write_text((rex_tiny / "vocab.txt").read_text("utf-8") + "extra\n", "utf-8")
+    assert _tokenizer_key(copy) != _tokenizer_key(rex_tiny)           # another vocabulary: another entry
