@@ -7,10 +7,10 @@ from contracts.names import Capability
 from contracts.optimization import Optimization
 
 # A run that would have to start its workers, and has fewer documents than this, stays in its own process.
-# Starting them costs seconds inside the run, and a fresh process's run with them was slower than without at
-# every size measured through `launcher.py extract` up to 10,000 documents, on every density (docs/benchmarks.md,
-# `bench cli-e2e`); what a warm pool saves per document pays that start back only beyond that. A process that
-# keeps its workers (the UI, the API) uses them for any run once they are up.
+# Measured through `launcher.py extract` (docs/benchmarks.md, "Faster starts"): with workers that start in a fifth
+# of a second, a fresh process gains at 10,000 documents on dense and realistic output but still loses on sparse
+# output and at 1,000 documents; a run cannot know its density before it starts. A process that keeps its workers
+# (the UI, the API) uses them for any run once they are up.
 MIN_DOCUMENTS = 20_000
 # Fewer workers than this gain nothing (docs/benchmarks.md, host workers: 4 workers lost to none at dense
 # output, 8 won); the run's own process needs a core besides them.
