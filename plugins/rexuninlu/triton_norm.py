@@ -18,6 +18,9 @@ import torch
 try:
     import triton
     import triton.language as tl
+
+    from contracts.torch.triton_key import remember_triton_key
+    remember_triton_key()            # Triton's installation hash, from the cache folder after the first process
 except ImportError:                  # CPU-only installs: the kernel is simply not offered
     triton = None
 
