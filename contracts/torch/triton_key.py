@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import sys
 from pathlib import Path
+
+from contracts import cache_folder
 
 FILE = "triton-key.json"
 
@@ -30,31 +31,21 @@ def fingerprint(package: Path) -> str:
     return h.hexdigest()
 
 
-def remember(cache_module, folder: str | os.PathLike) -> bool:
-    """Make `cache_module.triton_key` (triton.runtime.cache's) read the key kept in `folder`, computing and keeping
+def remember(cache_module, kept_at: Path) -> bool:
+    """Make `cache_module.triton_key` (triton.runtime.cache's) read the key kept at `kept_at`, computing and keeping
     it when it is missing or the installation changed. False where there is nothing to do."""
     compute = getattr(cache_module, "triton_key", None)
     if compute is None or getattr(compute, "remembered", False):
         return False
-    path = Path(folder) / FILE
 
     @functools.lru_cache(maxsize=None)
     def triton_key() -> str:
         stamp = fingerprint(Path(cache_module.__file__).resolve().parents[1])
-        try:
-            saved = json.loads(path.read_text("utf-8"))
-            if saved.get("fingerprint") == stamp and isinstance(saved.get("key"), str):
-                return saved["key"]
-        except (OSError, ValueError, AttributeError):
-            pass                                    # none kept yet, or a broken file: computed again below
+        kept = cache_folder.read_json(kept_at)
+        if isinstance(kept, dict) and kept.get("fingerprint") == stamp and isinstance(kept.get("key"), str):
+            return kept["key"]
         key = compute()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".{FILE}.{os.getpid()}")
-            partial.write_text(json.dumps({"fingerprint": stamp, "key": key}), "utf-8")
-            os.replace(partial, path)               # whole or absent, even with processes starting side by side
-        except OSError:
-            pass                                    # a read-only folder: Triton's own key, as without this
+        cache_folder.keep_json(kept_at, {"fingerprint": stamp, "key": key})
         return key
 
     triton_key.remembered = True
@@ -68,11 +59,11 @@ def remember(cache_module, folder: str | os.PathLike) -> bool:
 
 def remember_triton_key() -> None:
     """For the Triton kernels' modules, after `import triton`: where the launcher named a cache folder."""
-    folder = os.environ.get("IEW_CACHE_DIR")
-    if not folder:
+    kept_at = cache_folder.entry(FILE)
+    if kept_at is None:
         return
     try:
         import triton.runtime.cache as cache_module
     except ImportError:
         return
-    remember(cache_module, folder)
+    remember(cache_module, kept_at)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from importlib import metadata
 from pathlib import Path
 
 import torch
 
+from contracts import cache_folder
 from contracts.domain import WeightsError
 from contracts.torch.checkpoints import check_tensors, read_state_dict
 from plugins.rexuninlu.modeling import RexConfig, RexModel
@@ -83,25 +83,19 @@ def load_vocabulary(weights: Path) -> Vocabulary:
     later process loads them in milliseconds without importing transformers, about 2 s of every `extract` on the
     GPU machine (docs/benchmarks.md). Keyed on the tokenizer's files and the transformers and tokenizers versions
     that built it; without a cache folder, or with an unreadable entry, it is built again."""
-    folder = os.environ.get("IEW_CACHE_DIR")
-    entry = Path(folder) / "tokenizers" / f"rexuninlu-{_tokenizer_key(weights)}.json" if folder else None
-    if entry is not None and entry.is_file():
+    folder = cache_folder.entry("tokenizers")
+    kept_at = folder / f"rexuninlu-{_tokenizer_key(weights)}.json" if folder is not None else None
+    kept = cache_folder.read_json(kept_at) if kept_at is not None else None
+    if kept is not None:
         try:
             from tokenizers import Tokenizer
-            kept = json.loads(entry.read_text("utf-8"))
             return Vocabulary(Tokenizer.from_str(kept["tokenizer"]), **kept["ids"])
-        except Exception:                      # noqa: BLE001 - unreadable, truncated, another format: build it again
+        except Exception:                      # noqa: BLE001 - truncated, another format: build it again
             pass
     vocabulary = Vocabulary.of(load_tokenizer(weights))
-    if entry is not None:
+    if kept_at is not None:
         ids = {k: v for k, v in vars(vocabulary).items() if k != "rust"}
-        try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            partial = entry.with_suffix(f".{os.getpid()}.part")
-            partial.write_text(json.dumps({"tokenizer": vocabulary.rust.to_str(), "ids": ids}), "utf-8")
-            os.replace(partial, entry)                  # whole or not at all, for a process reading it meanwhile
-        except OSError:
-            pass                                        # a read-only cache folder: the next process builds it too
+        cache_folder.keep_json(kept_at, {"tokenizer": vocabulary.rust.to_str(), "ids": ids})
     return vocabulary
 
 

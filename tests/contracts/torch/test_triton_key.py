@@ -33,28 +33,28 @@ def process(folder, key):
 def test_a_second_process_reads_the_key_the_first_one_kept(tmp_path):
     folder = package(tmp_path)
     first, calls = process(folder, "3.6.0-a")
-    assert triton_key.remember(first, tmp_path / "cache")
+    assert triton_key.remember(first, tmp_path / "cache" / triton_key.FILE)
     assert first.triton_key() == first.triton_key() == "3.6.0-a" and calls == ["3.6.0-a"]
-    assert not triton_key.remember(first, tmp_path / "cache")          # once per process
+    assert not triton_key.remember(first, tmp_path / "cache" / triton_key.FILE)          # once per process
     later, calls = process(folder, "computed again")
-    triton_key.remember(later, tmp_path / "cache")
+    triton_key.remember(later, tmp_path / "cache" / triton_key.FILE)
     assert later.triton_key() == "3.6.0-a" and calls == []
 
 
 def test_a_changed_installation_or_a_broken_file_computes_the_key_again(tmp_path):
     folder = package(tmp_path)
     first, _ = process(folder, "old")
-    triton_key.remember(first, tmp_path / "cache")
+    triton_key.remember(first, tmp_path / "cache" / triton_key.FILE)
     first.triton_key()
     (folder / "_C" / "libtriton.so").write_bytes(b"\1" * 65)          # an upgrade: another size
     upgraded, calls = process(folder, "new")
-    triton_key.remember(upgraded, tmp_path / "cache")
+    triton_key.remember(upgraded, tmp_path / "cache" / triton_key.FILE)
     assert upgraded.triton_key() == "new" and calls == ["new"]
     saved = tmp_path / "cache" / triton_key.FILE
     assert json.loads(saved.read_text())["key"] == "new"
     saved.write_text("{not json")
     broken, calls = process(folder, "newer")
-    triton_key.remember(broken, tmp_path / "cache")
+    triton_key.remember(broken, tmp_path / "cache" / triton_key.FILE)
     assert broken.triton_key() == "newer" and calls == ["newer"]
 
 
@@ -63,6 +63,6 @@ def test_the_kept_key_is_tritons_own(tmp_path):
     own = cache.triton_key()
     module = types.ModuleType("triton.runtime.cache")
     module.__file__, module.triton_key = cache.__file__, getattr(cache.triton_key, "__wrapped__", cache.triton_key)
-    triton_key.remember(module, tmp_path)
+    triton_key.remember(module, tmp_path / triton_key.FILE)
     assert module.triton_key() == own
     assert json.loads((tmp_path / triton_key.FILE).read_text())["key"] == own
