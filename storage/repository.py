@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from sqlalchemy import case, delete, func, insert, inspect, or_, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, inspect, or_, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
@@ -70,6 +70,13 @@ if TYPE_CHECKING:
     from contracts.report import RunReport
 
 log = logging.getLogger(__name__)
+
+# record_runs' reads, built once: under the write lock, AUTOINCREMENT hands out ids above every earlier one in
+# insertion order, so a group's runs are those above the largest id before it, in the order they went in.
+LAST_RUN_ID = select(func.max(RunRecord.id))
+RUNS_AFTER = select(RunRecord.id).where(RunRecord.id > bindparam("before")).order_by(RunRecord.id)
+DOCUMENTS_OF_RUNS = (select(DocumentRecord.id, DocumentRecord.run_id, DocumentRecord.position)
+                     .where(DocumentRecord.run_id.in_(bindparam("runs", expanding=True))))
 
 __all__ = ["Store", "open_store", "record_cli_run", "RunSummary", "RunDetail", "JobStatus", "NotFound",
            "StoreBusy", "SOURCES", "weights_checksum", "Dataset", "GoldExample", "TrainingRun", "SavedThresholds",
@@ -185,19 +192,19 @@ class Store(JobQueue, GoldDatasets, TrainingLog, ThresholdSettings, RunDocuments
             finished = utcnow()
             for header in headers:
                 header["finished_at"] = finished
-            # Under the write lock nobody else inserts, and AUTOINCREMENT hands out ids above every earlier one, in
-            # insertion order: the new runs are those above the largest id before, in the order of `runs`.
-            before = s.scalar(select(func.max(RunRecord.id))) or 0
-            s.execute(insert(RunRecord.__table__), headers)
-            ids = list(s.scalars(select(RunRecord.id).where(RunRecord.id > before).order_by(RunRecord.id)))
+            # Core statements on the session's connection (BEGIN IMMEDIATE already taken): Session.execute would add
+            # its ORM dispatch to each.
+            c = s.connection()
+            before = c.scalar(LAST_RUN_ID) or 0
+            c.execute(insert(RunRecord.__table__), headers)
+            ids = list(c.scalars(RUNS_AFTER, {"before": before}))
             rows = [document_values(run_id, position, doc, result) for run_id, (report, documents, _, _)
                     in zip(ids, runs) for position, (doc, result) in enumerate(zip(documents, report.results))]
             if rows:
-                s.execute(insert(DocumentRecord.__table__), [table_row(DocumentRecord, d) for d, _ in rows])
-                document_ids = {(run_id, position): document_id for document_id, run_id, position in s.execute(
-                    select(DocumentRecord.id, DocumentRecord.run_id, DocumentRecord.position)
-                    .where(DocumentRecord.run_id.in_(ids)))}
-                s.execute(insert(ResultRecord.__table__), [
+                c.execute(insert(DocumentRecord.__table__), [table_row(DocumentRecord, d) for d, _ in rows])
+                document_ids = {(run_id, position): document_id for document_id, run_id, position in c.execute(
+                    DOCUMENTS_OF_RUNS, {"runs": ids})}
+                c.execute(insert(ResultRecord.__table__), [
                     table_row(ResultRecord, {**r, "document_id": document_ids[(d["run_id"], d["position"])]})
                     for d, r in rows])
         return ids
