@@ -15,11 +15,19 @@ Every variant runs the whole pipeline (prompt building, tokenising, generation, 
 grounding); model load is excluded and a warm-up on the longest documents runs first (kernels,
 tokenizer, graph capture of the pool those documents need). Outputs are compared document by
 document: (b) and (c) with (a) on (a)'s documents, (c) and (d) with (b) on all of them.
+
+  python3 launcher.py bench seqgpt-cli-e2e --device cuda [--docs 600] [--reference-docs 30] [--new-tokens 64]
+
+The user's path instead: the reference's way as above, then `launcher.py extract --model seqgpt` started as its
+own process per run (cold and second run, as `bench cli-e2e` does for RexUniNLU).
 """
 from __future__ import annotations
 
 import gc
+import json
 import random
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -186,4 +194,90 @@ def seqgpt_e2e(args) -> dict:
             else "wall time of the device calls (CPU)", "rows": rows}
 
 
-BENCHMARKS = {"seqgpt-e2e": seqgpt_e2e}
+
+
+# -- the user's path: `launcher.py extract --model seqgpt` as its own processes (issue 31, target 6) --------------
+
+CLI_VARIANTS = {"full stack fp16": ("precision,flash-attention,memory-pool", "fp16"),
+                "fp32 eager": ("none", "fp32")}
+
+
+def _bare(output: dict) -> dict:
+    return {k: v for k, v in output.items() if k != "coverage"}
+
+
+def seqgpt_cli_e2e(args) -> dict:
+    """The reference's way in this process on the first --reference-docs documents (its per-document rate, model
+    load excluded: generous to it), then `launcher.py extract --model seqgpt` over all --docs documents as separate
+    processes, cold (empty compile cache) and second run, each variant. A row's × reference is its run docs/s (and
+    its docs/s counting the whole process) over the reference's docs/s."""
+    from transformers import BloomForCausalLM
+
+    from benchmarks import save
+    from benchmarks.cli_e2e import CACHE_STATES, digest, machine, run_process
+    from plugins.seqgpt import loading
+    from workstation.settings import ROOT
+    device = engine.resolve_device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    weights = Path(args.weights) if args.weights else demo_weights(args, "seqgpt")
+    docs = e2e_documents(args.docs, args.seed)
+    beams = args.num_beams or REFERENCE_BEAMS
+    n_ref = min(len(docs), args.reference_docs)
+    variants = {k: v for k, v in CLI_VARIANTS.items() if not args.variants or k in args.variants}
+    rows: list[dict] = []
+    result = {"benchmark": "seqgpt-cli-e2e", "env": environment(device), "machine": machine(device),
+              "documents": len(docs), "reference_documents": n_ref, "num_beams": beams,
+              "max_new_tokens": args.new_tokens, "batch_size": max(args.batch_sizes), "rows": rows}
+
+    tokenizer, special = loading.load_tokenizer(weights), loading.read_special_tokens(weights)
+    hf = BloomForCausalLM.from_pretrained(str(weights), dtype=torch.float32).to(device).eval()
+    reference_way(hf, tokenizer, special, docs[:1], args.new_tokens, device, beams)                      # warm-up
+    ref = reference_way(hf, tokenizer, special, docs[:n_ref], args.new_tokens, device, beams)
+    del hf
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    ref_rate = n_ref / ref["seconds"]
+    rows.append({"variant": "reference: transformers generate, one prompt at a time, fp32 (in this process, "
+                 "model load excluded)", "documents": n_ref, "run_docs_per_s": round(ref_rate, 3)})
+    print(rows[-1], file=sys.stderr)
+
+    with tempfile.TemporaryDirectory(prefix="iew-seqgpt-cli-") as folder:
+        work = Path(folder)
+        source = work / "in.jsonl"
+        with open(source, "w", encoding="utf-8") as f:
+            for d in docs:
+                f.write(json.dumps({"id": d.id, "text": d.text, "task": d.task, "labels": d.labels},
+                                   ensure_ascii=False) + "\n")
+        for v, (name, (optimizations, dtype)) in enumerate(variants.items()):
+            cache, cold_output = work / f"cache-{v}", None
+            for state in CACHE_STATES:
+                out = work / "out.jsonl"
+                argv = [sys.executable, str(ROOT / "launcher.py"), "extract", "--model", "seqgpt", "--weights",
+                        str(weights), "--input", str(source), "--output", str(out), "--device", device,
+                        "--batch-size", str(result["batch_size"]), "--optimizations", optimizations, "--dtype", dtype,
+                        "--num-beams", str(beams), "--max-new-tokens", str(args.new_tokens),
+                        "--repetition-penalty", "1.0", "--no-record"]
+                measured = run_process(argv, cache, device)
+                output = digest(out)
+                cold_output = cold_output or output
+                with open(out, encoding="utf-8") as f:
+                    first = [_bare(json.loads(line)) for line, _ in zip(f, range(n_ref))]
+                out.unlink()
+                process_rate = len(docs) / measured["process_wall_s"]
+                rows.append({"variant": name, "documents": len(docs), "caches": state,
+                             **{k: round(x, 3) if isinstance(x, float) else x for k, x in measured.items()},
+                             "process_docs_per_s": round(process_rate, 2),
+                             "x_reference_run": round(measured["run_docs_per_s"] / ref_rate, 1),
+                             "x_reference_process": round(process_rate / ref_rate, 1),
+                             "same_output_as_cold_run": output == cold_output,
+                             "same_as_reference": _same(first, [_bare(o) for o in ref["outputs"]]),
+                             "command": " ".join(["launcher.py", *argv[2:]]).replace(str(work), "$TMP"),
+                             "commit": result["env"]["commit"]})
+                print(rows[-1], file=sys.stderr)
+                if args.out:
+                    save(result, args.out)
+    return result
+
+
+BENCHMARKS = {"seqgpt-e2e": seqgpt_e2e, "seqgpt-cli-e2e": seqgpt_cli_e2e}
