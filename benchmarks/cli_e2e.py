@@ -108,6 +108,15 @@ def run_process(argv: list[str], cache: Path, device: str) -> dict:
     return {"process_wall_s": wall, **parse_report(done.stderr)}
 
 
+def process_row(argv: list[str], cache: Path, device: str, documents: int, work: Path) -> dict:
+    """One `launcher.py extract` process as a row's measured part: its report, docs/s counting the whole process,
+    and its command with the temporary folder written as $TMP."""
+    measured = run_process(argv, cache, device)
+    return {**{k: round(x, 3) if isinstance(x, float) else x for k, x in measured.items()},
+            "process_docs_per_s": round(documents / measured["process_wall_s"], 1),
+            "command": " ".join(["launcher.py", *argv[2:]]).replace(str(work), "$TMP")}
+
+
 def parse_report(stderr: str) -> dict:
     """The figures `launcher.py extract` prints on stderr (workstation/cli.py: the run line, the stage line and
     the process line); a line missing is an error, not a blank figure."""
@@ -172,7 +181,7 @@ def cli_e2e(args) -> dict:
                         out = work / "out.jsonl"
                         argv = extract_command(weights, source, out, device, batch, optimizations, dtype)
                         try:
-                            measured = run_process(argv, cache, device)
+                            measured = process_row(argv, cache, device, documents, work)
                         except RuntimeError as e:         # kept as a row: the other rows still say something
                             rows.append({"density": density, "documents": documents, "variant": name, "caches": state,
                                          "error": str(e)[-1500:]})
@@ -183,11 +192,8 @@ def cli_e2e(args) -> dict:
                         cold_output = cold_output or output
                         out.unlink()
                         rows.append({"density": density, "documents": documents, "variant": name, "caches": state,
-                                     "caches_warm": state != "cold",
-                                     "process_docs_per_s": round(documents / measured["process_wall_s"], 1),
-                                     **{k: round(x, 3) if isinstance(x, float) else x for k, x in measured.items()},
+                                     "caches_warm": state != "cold", **measured,
                                      "output_lines": lines, "same_output_as_cold_run": output == cold_output,
-                                     "command": " ".join(["launcher.py", *argv[2:]]).replace(str(work), "$TMP"),
                                      "commit": result["commit"], "machine": result["machine"]})
                         print({k: rows[-1][k] for k in ("density", "documents", "variant", "caches", "process_wall_s",
                                                         "model_load_s", "warm_up_s", "run_docs_per_s",

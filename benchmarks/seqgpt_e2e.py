@@ -97,9 +97,7 @@ def ours(model, docs: list[Document], batch_size: int, options: dict, device: st
     _memory_start(device)
     start = clock.started = time.perf_counter()
     try:
-        # Coverage (what the model read) is ours alone, not part of the reference's output: left out.
-        outputs = [{k: v for k, v in r.to_json().items() if k != "coverage"}
-                   for r in model.extract(docs, batch_size=batch_size, **options)]
+        outputs = [_bare(r.to_json()) for r in model.extract(docs, batch_size=batch_size, **options)]
         sync(device)
         seconds = time.perf_counter() - start
         stages = clock.finish()
@@ -107,6 +105,11 @@ def ours(model, docs: list[Document], batch_size: int, options: dict, device: st
         model.clock = IDLE
     return {"seconds": seconds, "outputs": outputs, "stages": stages, "backoffs": clock.backoffs,
             "peak_allocated_mib": _peak_mib(device)}
+
+
+def _bare(output: dict) -> dict:
+    """A Result's JSON less `coverage` (what the model read): ours alone, not part of the reference's output."""
+    return {k: v for k, v in output.items() if k != "coverage"}
 
 
 def _same(a: list, b: list) -> str:
@@ -194,16 +197,10 @@ def seqgpt_e2e(args) -> dict:
             else "wall time of the device calls (CPU)", "rows": rows}
 
 
-
-
 # -- the user's path: `launcher.py extract --model seqgpt` as its own processes (issue 31, target 6) --------------
 
 CLI_VARIANTS = {"full stack fp16": ("precision,flash-attention,memory-pool", "fp16"),
                 "fp32 eager": ("none", "fp32")}
-
-
-def _bare(output: dict) -> dict:
-    return {k: v for k, v in output.items() if k != "coverage"}
 
 
 def seqgpt_cli_e2e(args) -> dict:
@@ -214,7 +211,7 @@ def seqgpt_cli_e2e(args) -> dict:
     from transformers import BloomForCausalLM
 
     from benchmarks import save
-    from benchmarks.cli_e2e import CACHE_STATES, digest, machine, run_process
+    from benchmarks.cli_e2e import CACHE_STATES, digest, machine, process_row
     from plugins.seqgpt import loading
     from workstation.settings import ROOT
     device = engine.resolve_device(args.device)
@@ -258,21 +255,17 @@ def seqgpt_cli_e2e(args) -> dict:
                         "--batch-size", str(result["batch_size"]), "--optimizations", optimizations, "--dtype", dtype,
                         "--num-beams", str(beams), "--max-new-tokens", str(args.new_tokens),
                         "--repetition-penalty", "1.0", "--no-record"]
-                measured = run_process(argv, cache, device)
+                measured = process_row(argv, cache, device, len(docs), work)
                 output = digest(out)
                 cold_output = cold_output or output
                 with open(out, encoding="utf-8") as f:
                     first = [_bare(json.loads(line)) for line, _ in zip(f, range(n_ref))]
                 out.unlink()
-                process_rate = len(docs) / measured["process_wall_s"]
-                rows.append({"variant": name, "documents": len(docs), "caches": state,
-                             **{k: round(x, 3) if isinstance(x, float) else x for k, x in measured.items()},
-                             "process_docs_per_s": round(process_rate, 2),
+                rows.append({"variant": name, "documents": len(docs), "caches": state, **measured,
                              "x_reference_run": round(measured["run_docs_per_s"] / ref_rate, 1),
-                             "x_reference_process": round(process_rate / ref_rate, 1),
+                             "x_reference_process": round(len(docs) / measured["process_wall_s"] / ref_rate, 1),
                              "same_output_as_cold_run": output == cold_output,
                              "same_as_reference": _same(first, [_bare(o) for o in ref["outputs"]]),
-                             "command": " ".join(["launcher.py", *argv[2:]]).replace(str(work), "$TMP"),
                              "commit": result["env"]["commit"]})
                 print(rows[-1], file=sys.stderr)
                 if args.out:

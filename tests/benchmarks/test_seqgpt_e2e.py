@@ -41,3 +41,19 @@ def test_the_seqgpt_e2e_benchmark_compares_every_variant_with_the_reference(seqg
     assert full["variant"].startswith("full stack: bf16") and full["outputs_identical"] is None
     for row in result["rows"]:
         assert row["docs_per_s"] > 0 and row["device_s"] > 0 and row["prepare_s"] > 0 and row["decode_s"] > 0
+
+
+def test_the_seqgpt_cli_benchmark_runs_extract_processes_and_checks_them_against_the_reference(seqgpt_tiny, tmp_path):
+    out = tmp_path / "cli.json"
+    code = bench.main(["seqgpt-cli-e2e", "--weights", str(seqgpt_tiny), "--device", "cpu", "--docs", "3", "--seed", "65",
+                       "--reference-docs", "2", "--new-tokens", "4", "--batch-sizes", "2", "--variants", "fp32 eager",
+                       "--out", str(out)])
+    result = json.loads(out.read_text("utf-8"))
+    assert code == 0
+    reference, cold, second = result["rows"]
+    assert reference["variant"].startswith("reference") and reference["documents"] == 2
+    assert (cold["caches"], second["caches"]) == ("cold", "second run")
+    for row in (cold, second):
+        assert row["documents_reported"] == 3 and row["same_as_reference"] == "2/2" and row["same_output_as_cold_run"]
+        assert row["process_wall_s"] > row["run_s"] > 0 and row["x_reference_process"] < row["x_reference_run"]
+        assert row["command"].startswith("launcher.py extract --model seqgpt") and "$TMP/in.jsonl" in row["command"]
