@@ -258,6 +258,7 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
     pool: SlotPool | None = None
     flags: DoneFlags | None = None
     slots: dict[int, _Slot] = {}
+    admit: list[tuple[Hashable, EncodedPrompt]] = []    # out of the queue, not yet in a slot
     while True:
         refill_queue(2 * items)
         if not waiting and not slots:
@@ -274,7 +275,6 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
             if finished:
                 yield from _harvest(pool, finished, slots, settings)
             free = [i for i in range(pool.items) if i not in slots]
-            admit = []
             # A prefill is an eager forward of its own: wait until a few slots are free (at most an
             # eighth of the pool idles) rather than prefill one prompt per step.
             if len(free) >= min(max(1, pool.items // 8), len(waiting)) or not slots:
@@ -286,6 +286,7 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
                     pool.admit(chosen, [p for _, p in admit])
                 for i, (key, prompt) in zip(chosen, admit):
                     slots[i] = _Slot(key, prompt, flags.count)
+                admit = []
             if not slots and not waiting:          # all done
                 continue
             if not slots:                          # the next prompt is longer than this pool: a bigger one
@@ -303,9 +304,10 @@ def stream_generate(network, prompts: Iterable[tuple[Hashable, EncodedPrompt]], 
         except (torch.cuda.OutOfMemoryError, RuntimeError) as e:
             if not is_out_of_memory(e) or items == 1:
                 raise
-            for i in sorted(slots, reverse=True):           # restart the prompts in flight, first in line
-                waiting.appendleft((slots[i].key, slots[i].prompt))
+            # Restart the prompts in flight and those being admitted (a prefill can run out too), first in line.
+            waiting.extendleft(reversed([(slot.key, slot.prompt) for _, slot in sorted(slots.items())] + admit))
             slots.clear()
+            admit = []
             pool = flags = _retire(pool, on_fed)
             if graphs is not None:
                 graphs.clear()

@@ -182,6 +182,38 @@ def test_out_of_memory_halves_the_pool_keeps_every_document_and_reports_it(loade
     assert [b["rows"] for b in loaded.clock.backoffs] == [4, 2] and sizes[-1] == 2
 
 
+
+@pytest.mark.parametrize("fails", ["admit", "new pool"])
+def test_out_of_memory_while_admitting_or_building_a_pool_loses_no_prompt(loaded, monkeypatch, fails):
+    # The prompts being admitted are out of the queue and not yet in a slot: an out-of-memory error there
+    # (the prefill's scratch cache, a bigger pool) must put them back too. On an H100 the fp32 eager run at
+    # batch 64 lost them, and the document's merge ran out of results (StopIteration).
+    from contracts.stages import StageClock
+    from plugins.seqgpt import continuous
+    reference = [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)]
+    calls = []
+    if fails == "admit":
+        real = continuous.SlotPool.admit
+
+        def admit_with_small_memory(pool, slots, prompts):
+            calls.append(pool.items)
+            if pool.items > 2:                              # the prefill of a whole pool's prompts
+                raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
+            return real(pool, slots, prompts)
+        monkeypatch.setattr(continuous.SlotPool, "admit", admit_with_small_memory)
+    else:
+        real = continuous._new_pool
+
+        def new_pool_with_small_memory(network, items, *rest):
+            calls.append(items)
+            if items > 2:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 1.00 GiB")
+            return real(network, items, *rest)
+        monkeypatch.setattr(continuous, "_new_pool", new_pool_with_small_memory)
+    loaded.clock = StageClock()
+    assert [r.to_json() for r in loaded.extract(documents(), batch_size=8, **SETTINGS)] == reference
+    assert loaded.clock.backoffs and calls[-1] == 2
+
 def test_progress_and_token_counts(loaded):
     progress = []
     before = loaded.tokens_processed()
