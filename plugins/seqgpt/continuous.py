@@ -6,10 +6,12 @@ lengths, most rows of a batch sit frozen for most of its steps. Here the decoder
 and a slot whose prompt is done is handed its tokens and refilled with the next waiting prompt's
 prefill, so the decoder never runs half-empty while work waits.
 
-Layout (cache.py, decoders.StaticDecoder): every prompt is right-aligned to column P (the pool's
-prompt capacity) and its generated tokens fill [P, P + max_new_tokens). Slots started at
-different times sit at different steps, so each row writes its new token at its own column
-(P + its tokens so far - 1) and its key mask says what is real. A step attends one window of
+Layout: every prompt is right-aligned to column P (the pool's prompt capacity) and its generated tokens
+fill [P, P + max_new_tokens). The eager backend keeps a copy of the prompt in each beam row (RowLayout,
+HF's arithmetic op for op); the others keep it once per item (shared_prompt.SharedPromptLayout), so a
+step reads a prompt once for all its beams. Slots started at different times sit at different steps,
+so each row writes its new token at its own column (P + its tokens so far - 1) and its key mask says
+what is real. A step attends one window of
 columns [start, end) for all rows: from the longest active prompt's first column to the furthest
 generated column. Keys outside a row's own prompt and tokens are masked, and ALiBi counts real
 tokens only, so a prompt's tokens do not depend on its neighbours, its slot or when it was admitted
@@ -41,6 +43,7 @@ from contracts.torch.memory import is_out_of_memory
 from plugins.seqgpt.cache import KVCache
 from plugins.seqgpt.generation import Batch, EncodedPrompt, GenerationSettings, new_search, to_device
 from plugins.seqgpt.graphs import PROMPT_QUANTUM, spans
+from plugins.seqgpt.shared_prompt import SharedPromptLayout
 
 
 def capacity_bucket(length: int) -> int:
@@ -68,6 +71,40 @@ class SlotKVCache(KVCache):
         pass
 
 
+class RowLayout:
+    """The pool's K/V with every beam row holding its own copy of the prompt: [n_layer, 2, rows, H,
+    P + max_new_tokens, D] and a key mask per row. The eager backend runs here, so its fp32 arithmetic
+    is HF `generate`'s op for op; the other backends use shared_prompt.SharedPromptLayout."""
+
+    def __init__(self, network, items: int, beams: int, prompt_capacity: int, new_tokens: int):
+        self.beams, self.P = beams, prompt_capacity
+        rows, device = items * beams, network.word_embeddings.weight.device
+        self.cache = network.new_cache(rows, prompt_capacity + new_tokens)
+        self.key_mask = torch.zeros((rows, prompt_capacity + new_tokens), dtype=torch.long, device=device)
+
+    def admit(self, items: torch.Tensor, prefill: KVCache, mask: torch.Tensor) -> None:
+        k, P, length = self.beams, self.P, mask.shape[1]
+        rows = (items[:, None] * k + torch.arange(k, device=items.device)).view(-1)
+        self.cache.buffer[:, :, rows, :, P - length:P] = prefill.buffer.repeat_interleave(k, dim=2)
+        self.key_mask[rows] = 0                    # the previous prompt's keys and tokens are gone
+        self.key_mask[rows, P - length:P] = mask.repeat_interleave(k, dim=0)
+
+    def logits(self, network, search, start: int, end: int, attention: str) -> torch.Tensor:
+        if search.reorder is not None:            # beams of an item share the prompt: move generated columns only
+            self.cache.reorder(search.reorder, self.P, end)
+        chosen = search.step[:, None].expand(-1, self.beams).reshape(-1)     # per row; no host sync
+        # A row writes at P + its tokens so far - 1. A done slot waiting to be refilled may sit beyond
+        # a window sized for its neighbours: it writes at the window's last column, into its own row,
+        # which nobody reads again before admit() resets it.
+        columns = ((chosen - 1).clamp(min=0) + self.P).clamp(max=end - 1)
+        self.key_mask.scatter_(1, columns[:, None], 1)
+        cache = SlotKVCache(self.cache.buffer[:, :, :, :, start:end], columns - start)
+        return network(search.next_tokens[:, None], self.key_mask[:, start:end], cache, attention)[:, -1]
+
+    def clear(self) -> None:
+        self.key_mask.zero_()
+
+
 class SlotPool:
     """`items` slots of num_beams rows each over one static KV cache of prompt capacity P."""
 
@@ -77,9 +114,8 @@ class SlotPool:
         self.network, self.attention, self.bucketed = network, attention, bucketed
         self.items, self.beams, self.P = items, s.num_beams, prompt_capacity
         self.device = network.word_embeddings.weight.device
-        rows = items * s.num_beams
-        self.cache = network.new_cache(rows, prompt_capacity + s.max_new_tokens)
-        self.key_mask = torch.zeros((rows, prompt_capacity + s.max_new_tokens), dtype=torch.long, device=self.device)
+        layout = RowLayout if attention == Kernel.EAGER else SharedPromptLayout
+        self.layout = layout(network, items, s.num_beams, prompt_capacity, s.max_new_tokens)
         self.search = new_search(items, network.config.vocab_size, s, self.device)
         self.search.clear()                                       # every slot empty (done)
         self.spans = spans(s.max_new_tokens)
@@ -100,10 +136,7 @@ class SlotPool:
         scratch = self.network.new_cache(n, length)
         logits = self.network(batch.input_ids, batch.attention_mask, scratch, self.attention)[:, -1].float()
         items = self._index(slots)
-        rows = (items[:, None] * k + torch.arange(k, device=self.device)).view(-1)
-        self.cache.buffer[:, :, rows, :, P - length:P] = scratch.buffer.repeat_interleave(k, dim=2)
-        self.key_mask[rows] = 0                    # the previous prompt's keys and tokens are gone
-        self.key_mask[rows, P - length:P] = batch.attention_mask.repeat_interleave(k, dim=0)
+        self.layout.admit(items, scratch, batch.attention_mask)
         if n not in self.fresh:
             if len(self.fresh) >= 4:              # with a repetition penalty each holds [n * beams, vocab]
                 self.fresh.pop(next(iter(self.fresh)))
@@ -139,22 +172,11 @@ class SlotPool:
             self._step(start, end)
 
     def _step(self, start: int, end: int) -> None:
-        search = self.search
-        search.count_fed()
-        if search.reorder is not None:            # beams of an item share the prompt: move generated columns only
-            self.cache.reorder(search.reorder, self.P, end)
-        chosen = search.step[:, None].expand(-1, self.beams).reshape(-1)     # per row; no host sync
-        # A row writes at P + its tokens so far - 1. A done slot waiting to be refilled may sit beyond
-        # a window sized for its neighbours: it writes at the window's last column, into its own row,
-        # which nobody reads again before admit() resets it.
-        columns = ((chosen - 1).clamp(min=0) + self.P).clamp(max=end - 1)
-        self.key_mask.scatter_(1, columns[:, None], 1)
-        cache = SlotKVCache(self.cache.buffer[:, :, :, :, start:end], columns - start)
-        logits = self.network(search.next_tokens[:, None], self.key_mask[:, start:end], cache, self.attention)
-        search.update(logits[:, -1].float())
+        self.search.count_fed()
+        self.search.update(self.layout.logits(self.network, self.search, start, end, self.attention).float())
 
     def clear(self) -> None:
-        self.key_mask.zero_()
+        self.layout.clear()
         self.search.clear()
 
     def _capture(self, graph_pool, stream: torch.cuda.Stream) -> None:

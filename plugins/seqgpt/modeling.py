@@ -265,7 +265,7 @@ class Bloom(nn.Module):
         if attention not in ATTENTION_BACKENDS:
             raise ValueError(f"unknown attention backend {attention!r}; have {', '.join(ATTENTION_BACKENDS)}")
         backend = ATTENTION_BACKENDS[attention]
-        x = self.word_embeddings_layernorm(self.word_embeddings(input_ids))
+        x = self.embed(input_ids)
         inputs = AttentionInputs.from_mask(attention_mask, input_ids.shape[1],
                                            alibi_slopes(self.config.n_head, x.device))
         prepared = backend.prepare(inputs, x.dtype)
@@ -291,5 +291,19 @@ class Bloom(nn.Module):
             x = x[keep]
         elif last_only:
             x = x[:, -1:]
-        x = self.ln_f(x)
-        return F.linear(x, self.word_embeddings.weight if self.lm_head is None else self.lm_head.weight)
+        return self.logits(x)
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.word_embeddings_layernorm(self.word_embeddings(input_ids))
+
+    def decode(self, input_ids: torch.Tensor, cache, attend: Attend) -> torch.Tensor:
+        """Hidden states [B, q, hidden] through every block with a caller's cache and attention (the
+        slot pool's shared-prompt layout, shared_prompt.py, which needs no mask or backend)."""
+        x = self.embed(input_ids)
+        for layer, block in enumerate(self.h):
+            x = block(x, attend, cache, layer)
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm and the (tied) head: hidden [..., hidden] -> logits [..., V] in the model dtype."""
+        return F.linear(self.ln_f(x), self.word_embeddings.weight if self.lm_head is None else self.lm_head.weight)
