@@ -5,6 +5,7 @@ another configuration never loads half-initialised.
 """
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -23,7 +24,9 @@ def read_state_dict(weights: Path, files: Sequence[str]) -> dict[str, torch.Tens
             if name.endswith(".safetensors"):
                 from safetensors.torch import load_file
                 return load_file(str(path))
-            return torch.load(path, map_location="cpu", weights_only=True)
+            # Memory-mapped where the format allows (a zip archive, torch >= 1.6): the loader then reads each
+            # tensor once, as it converts or moves it, instead of copying the whole file into memory first.
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
         except Exception as e:       # noqa: BLE001 - truncated download, wrong format, pickle with code...
             raise WeightsError(f"{path} could not be read ({type(e).__name__}: {e}); the file is corrupt, "
                                "incomplete or not a plain state dict") from None

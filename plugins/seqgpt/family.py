@@ -83,7 +83,7 @@ class SeqGPT(ModelFamily):
             raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
         weights = Path(weights)
         tokenizer = loading.load_tokenizer(weights)
-        network = loading.load_network(weights, DTYPES[dtype]).to(device)
+        network = loading.load_network(weights, DTYPES[dtype], device)
         model = LoadedSeqGPT(self, weights, device, network, tokenizer, loading.read_special_tokens(weights))
         model.set_dtype(dtype)
         return model

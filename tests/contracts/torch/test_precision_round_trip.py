@@ -61,3 +61,33 @@ def test_rexuninlu_back_in_fp32_gives_a_fresh_models_outputs(rex_tiny):
     assert same_bits(weights(model.network), before)
     assert outputs(model, docs, 8) == expected
 
+
+
+def test_weights_that_fp16_holds_exactly_are_not_copied_and_still_come_back_through_bf16():
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16))
+    with torch.no_grad():                                      # as loaded from an fp16 checkpoint (SeqGPT's)
+        for p in module.parameters():
+            p.copy_(p.half().float())
+    before, parameter = weights(module), module[0].weight
+    master = MasterWeights()
+    master.cast(module, torch.float16)
+    assert master.saved == {} and module[0].weight.dtype == torch.float16      # nothing copied off the device
+    master.cast(module, torch.float32)
+    assert same_bits(weights(module), before) and module[0].weight is parameter
+    master.cast(module, torch.float16)
+    master.cast(module, torch.bfloat16)                        # lossy: the fp32 weights are kept now
+    assert master.saved and module[0].weight.dtype == torch.bfloat16
+    master.cast(module, torch.float32)
+    assert same_bits(weights(module), before) and master.saved is None
+
+
+def test_weights_fp16_cannot_hold_are_copied():
+    torch.manual_seed(0)
+    module = torch.nn.Linear(16, 16)
+    before = weights(module)
+    master = MasterWeights()
+    master.cast(module, torch.float16)
+    assert set(master.saved) == {"weight", "bias"}
+    master.cast(module, torch.float32)
+    assert same_bits(weights(module), before)

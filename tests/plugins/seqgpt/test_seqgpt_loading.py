@@ -120,3 +120,15 @@ def test_tokenizer_pads_and_truncates_on_the_left_and_gen_is_one_special_token(t
     ids = tokenizer(PROMPT)["input_ids"]
     assert ids[-1] == tokenizer.convert_tokens_to_ids("[GEN]")
     assert tokenizer.decode(ids, skip_special_tokens=True) == PROMPT.removesuffix("[GEN]")
+
+
+def test_loading_in_the_files_dtype_gives_parameters_of_their_own(hf_checkpoint):
+    # The checkpoint is read memory-mapped; a parameter must never sit on that mapping.
+    from plugins.seqgpt.loading import _placed
+    stored = torch.arange(6, dtype=torch.float16)
+    placed = _placed(stored, torch.float16, "cpu")
+    assert torch.equal(placed, stored) and placed.data_ptr() != stored.data_ptr()
+    assert _placed(stored, torch.float32, "cpu").dtype == torch.float32
+    half = load_network(hf_checkpoint, torch.float16)
+    full = load_network(hf_checkpoint)
+    assert all(torch.equal(a, b.half()) for a, b in zip(half.state_dict().values(), full.state_dict().values()))
