@@ -36,10 +36,13 @@ def attend(q: torch.Tensor, keys: Keys, values: Keys, bias: torch.Tensor, beams:
     (kp, kg), (vp, vg) = keys, values
     rows, heads, _, dim = q.shape
     items, prompt = rows // beams, kp.shape[2]
+    # Scaled before the products, as HF's baddbmm scales inside its GEMM: fp16 scores then cannot overflow
+    # where the scaled ones would not (and 1/8, SeqGPT's scale, is exact).
+    q = q * (1.0 / math.sqrt(dim))
     by_item = q.view(items, beams, heads, dim).transpose(1, 2)                      # [items, H, beams, D]
     scores_p = torch.matmul(by_item, kp.transpose(-1, -2))                          # [items, H, beams, Pw]
     scores_g = torch.matmul(q, kg.transpose(-1, -2)).view(items, beams, heads, -1).transpose(1, 2)
-    scores = torch.cat([scores_p, scores_g], dim=-1).float() * (1.0 / math.sqrt(dim)) + bias
+    scores = torch.cat([scores_p, scores_g], dim=-1).float() + bias
     probs = F.softmax(scores, dim=-1).to(q.dtype)
     out_p = torch.matmul(probs[..., :prompt], vp).transpose(1, 2).reshape(rows, heads, 1, dim)
     probs_g = probs[..., prompt:].transpose(1, 2).reshape(rows, heads, 1, -1)
