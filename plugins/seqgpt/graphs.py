@@ -94,7 +94,8 @@ class StaticRun:
 
 class DecodeGraphs:
     """Static runs kept across generate() calls. `keep` bounds how many stay allocated: each holds a
-    KV cache of rows x (prompt + new tokens) x 96 KiB (fp16, SeqGPT-560M)."""
+    KV cache of 96 KiB a token (fp16, SeqGPT-560M): rows x (prompt + new tokens) for a static run and an
+    eager slot pool, items x prompt + rows x new tokens for a slot pool of another backend (shared_prompt.py)."""
 
     def __init__(self, capture: bool, keep: int = 2):
         self.capture, self.keep = capture, keep
