@@ -10,12 +10,11 @@ Layout: every prompt is right-aligned to column P (the pool's prompt capacity) a
 fill [P, P + max_new_tokens). The eager backend keeps a copy of the prompt in each beam row (RowLayout,
 HF's arithmetic op for op); the others keep it once per item (shared_prompt.SharedPromptLayout), so a
 step reads a prompt once for all its beams. Slots started at different times sit at different steps,
-so each row writes its new token at its own column (P + its tokens so far - 1) and its key mask says
-what is real. A step attends one window of
-columns [start, end) for all rows: from the longest active prompt's first column to the furthest
-generated column. Keys outside a row's own prompt and tokens are masked, and ALiBi counts real
-tokens only, so a prompt's tokens do not depend on its neighbours, its slot or when it was admitted
-(the tests pin them to one prompt at a time through `generate`).
+so each row writes its new token at its own column (P + its tokens so far - 1) and a mask says what
+is real. A step attends one window of columns [start, end) for all rows: from the longest active
+prompt's first column to the furthest generated column. Keys outside a row's own prompt and tokens
+are masked, and ALiBi counts real tokens only, so a prompt's tokens do not depend on its neighbours,
+its slot or when it was admitted (the tests pin them to one prompt at a time through `generate`).
 
 Two ways to run a step:
 - plain (`graphs=None`): the window is exact, the step runs eagerly;
