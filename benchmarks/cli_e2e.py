@@ -88,10 +88,11 @@ def calibrated_weights(weights: Path, out: Path, density: str, device: str, seed
 
 
 def extract_command(weights: Path, source: Path, out: Path, device: str, batch_size: int, optimizations: str,
-                    dtype: str) -> list[str]:
-    return [sys.executable, str(ROOT / "launcher.py"), "extract", "--model", "rexuninlu", "--weights", str(weights),
+                    dtype: str, model: str = "rexuninlu", options: tuple[str, ...] = ()) -> list[str]:
+    """`launcher.py extract` as a user types it, unrecorded; `options`: the model's own flags after the rest."""
+    return [sys.executable, str(ROOT / "launcher.py"), "extract", "--model", model, "--weights", str(weights),
             "--input", str(source), "--output", str(out), "--device", device, "--batch-size", str(batch_size),
-            "--optimizations", optimizations, "--dtype", dtype, "--no-record"]
+            "--optimizations", optimizations, "--dtype", dtype, *options, "--no-record"]
 
 
 def run_process(argv: list[str], cache: Path, device: str) -> dict:

@@ -211,9 +211,8 @@ def seqgpt_cli_e2e(args) -> dict:
     from transformers import BloomForCausalLM
 
     from benchmarks import save
-    from benchmarks.cli_e2e import CACHE_STATES, digest, machine, process_row
+    from benchmarks.cli_e2e import CACHE_STATES, digest, extract_command, machine, process_row
     from plugins.seqgpt import loading
-    from workstation.settings import ROOT
     device = engine.resolve_device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False
     weights = Path(args.weights) if args.weights else demo_weights(args, "seqgpt")
@@ -250,11 +249,9 @@ def seqgpt_cli_e2e(args) -> dict:
             cache, cold_output = work / f"cache-{v}", None
             for state in CACHE_STATES:
                 out = work / "out.jsonl"
-                argv = [sys.executable, str(ROOT / "launcher.py"), "extract", "--model", "seqgpt", "--weights",
-                        str(weights), "--input", str(source), "--output", str(out), "--device", device,
-                        "--batch-size", str(result["batch_size"]), "--optimizations", optimizations, "--dtype", dtype,
-                        "--num-beams", str(beams), "--max-new-tokens", str(args.new_tokens),
-                        "--repetition-penalty", "1.0", "--no-record"]
+                argv = extract_command(weights, source, out, device, result["batch_size"], optimizations, dtype,
+                                       "seqgpt", ("--num-beams", str(beams), "--max-new-tokens", str(args.new_tokens),
+                                                  "--repetition-penalty", "1.0"))
                 measured = process_row(argv, cache, device, len(docs), work)
                 output = digest(out)
                 cold_output = cold_output or output

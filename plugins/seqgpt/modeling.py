@@ -279,12 +279,7 @@ class Bloom(nn.Module):
                 return backend.attend(q, k, v, prepared, dropout_p=dropout_p)
             return backend.attend(q, k, v, prepared)
 
-        for layer, block in enumerate(self.h):
-            if self.checkpointing and self.training and torch.is_grad_enabled():
-                # Activations are recomputed in backward (the RNG state too, so dropout masks repeat).
-                x = torch.utils.checkpoint.checkpoint(block, x, attend, cache, layer, use_reentrant=False)
-            else:
-                x = block(x, attend, cache, layer)
+        x = self.blocks(x, attend, cache)
         if cache is not None:
             cache.advance(input_ids.shape[1])
         if keep is not None:
@@ -299,9 +294,15 @@ class Bloom(nn.Module):
     def decode(self, input_ids: torch.Tensor, cache, attend: Attend) -> torch.Tensor:
         """Hidden states [B, q, hidden] through every block with a caller's cache and attention (the
         slot pool's shared-prompt layout, shared_prompt.py, which needs no mask or backend)."""
-        x = self.embed(input_ids)
+        return self.blocks(self.embed(input_ids), attend, cache)
+
+    def blocks(self, x: torch.Tensor, attend: Attend, cache) -> torch.Tensor:
         for layer, block in enumerate(self.h):
-            x = block(x, attend, cache, layer)
+            if self.checkpointing and self.training and torch.is_grad_enabled():
+                # Activations are recomputed in backward (the RNG state too, so dropout masks repeat).
+                x = torch.utils.checkpoint.checkpoint(block, x, attend, cache, layer, use_reentrant=False)
+            else:
+                x = block(x, attend, cache, layer)
         return x
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -25,14 +25,19 @@ def test_documents_are_deterministic_mixed_and_some_take_two_prompts():
     assert min(len(d.text) for d in docs) < 60 and max(len(d.text) for d in docs) > 500
 
 
-def test_the_seqgpt_e2e_benchmark_compares_every_variant_with_the_reference(seqgpt_tiny, tmp_path):
-    out = tmp_path / "e2e.json"
-    # seed 65: five short documents (38-193 characters), two of them two prompts each
-    code = bench.main(["seqgpt-e2e", "--weights", str(seqgpt_tiny), "--device", "cpu", "--docs", "5", "--seed", "65",
-                       "--reference-docs", "3", "--new-tokens", "6", "--batch-sizes", "2", "--dtype", "bf16",
+def run(benchmark: str, weights, tmp_path, *argv: str) -> dict:
+    """The benchmark on the CPU over the tiny checkpoint and seed 65's documents: five short ones (38-193
+    characters), two of them two prompts each. Its JSON, once it exits 0."""
+    out = tmp_path / f"{benchmark}.json"
+    code = bench.main([benchmark, "--weights", str(weights), "--device", "cpu", "--seed", "65", *argv,
                        "--out", str(out)])
-    result = json.loads(out.read_text("utf-8"))
     assert code == 0
+    return json.loads(out.read_text("utf-8"))
+
+
+def test_the_seqgpt_e2e_benchmark_compares_every_variant_with_the_reference(seqgpt_tiny, tmp_path):
+    result = run("seqgpt-e2e", seqgpt_tiny, tmp_path, "--docs", "5", "--reference-docs", "3", "--new-tokens", "6",
+                 "--batch-sizes", "2", "--dtype", "bf16")
     assert (result["documents"], result["reference_documents"], result["prompts"]) == (5, 3, 7)
     reference, batched, graphs, full = result["rows"]
     assert reference["variant"].startswith("reference") and reference["docs"] == 3
@@ -44,12 +49,8 @@ def test_the_seqgpt_e2e_benchmark_compares_every_variant_with_the_reference(seqg
 
 
 def test_the_seqgpt_cli_benchmark_runs_extract_processes_and_checks_them_against_the_reference(seqgpt_tiny, tmp_path):
-    out = tmp_path / "cli.json"
-    code = bench.main(["seqgpt-cli-e2e", "--weights", str(seqgpt_tiny), "--device", "cpu", "--docs", "3", "--seed", "65",
-                       "--reference-docs", "2", "--new-tokens", "4", "--batch-sizes", "2", "--variants", "fp32 eager",
-                       "--out", str(out)])
-    result = json.loads(out.read_text("utf-8"))
-    assert code == 0
+    result = run("seqgpt-cli-e2e", seqgpt_tiny, tmp_path, "--docs", "3", "--reference-docs", "2", "--new-tokens", "4",
+                 "--batch-sizes", "2", "--variants", "fp32 eager")
     reference, cold, second = result["rows"]
     assert reference["variant"].startswith("reference") and reference["documents"] == 2
     assert (cold["caches"], second["caches"]) == ("cold", "second run")
