@@ -51,6 +51,7 @@ CACHE_STATES = ("cold", "second run")
 RUN_LINE = re.compile(r"([\d,]+) documents? in ([\d.]+)s")
 BUSY = re.compile(r"device busy (\d+)%")
 SAT_OUT = re.compile(r"^note: (\S+) off", re.M)
+HANDED_OVER = re.compile(r"^note: host-workers handed over to the worker processes after ([\d,]+) documents", re.M)
 PROCESS_LINE = re.compile(r"process: model load ([\d.]+|-)s? · warm-up ([\d.]+)s · first result ([\d.]+|-)s?")
 
 
@@ -132,7 +133,8 @@ def parse_report(stderr: str) -> dict:
             "run_docs_per_s": round(documents / seconds, 1) if seconds else None,
             "device_busy_%": int(busy.group(1)) if busy else None,
             "model_load_s": number(process.group(1)), "warm_up_s": float(process.group(2)),
-            "first_result_s": number(process.group(3)), "sat_out": SAT_OUT.findall(stderr)}
+            "first_result_s": number(process.group(3)), "sat_out": SAT_OUT.findall(stderr),
+            "host_workers_after": int(handed.group(1).replace(",", "")) if (handed := HANDED_OVER.search(stderr)) else None}
 
 
 def machine(device: str) -> dict:
@@ -198,7 +200,8 @@ def cli_e2e(args) -> dict:
                                      "commit": result["commit"], "machine": result["machine"]})
                         print({k: rows[-1][k] for k in ("density", "documents", "variant", "caches", "process_wall_s",
                                                         "model_load_s", "warm_up_s", "run_docs_per_s",
-                                                        "first_result_s")}, file=sys.stderr)
+                                                        "first_result_s", "device_busy_%", "sat_out",
+                                                        "host_workers_after")}, file=sys.stderr)
                         if args.out:
                             save(result, args.out)
                 source.unlink()

@@ -86,6 +86,11 @@ class LoadedModel(ABC):
         out; the run records it."""
         return {}
 
+    def finish_run(self) -> dict[str, str]:
+        """Called by the engine when a run's last result is out: optimization name -> what it did in this run, where
+        that was decided during the run (host workers that took over part way); the run records it."""
+        return {}
+
     def tokens_processed(self) -> int:
         """Tokens fed to the network since load (for run statistics)."""
         return 0

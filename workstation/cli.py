@@ -274,7 +274,8 @@ def extract(args) -> int:
     print(describe_stages(report.stages, report.wall_seconds, report.device_busy, report.backoffs), file=sys.stderr)
     print(times.describe(report.stages.get("warm-up", 0.0)), file=sys.stderr)
     for name, what in report.optimizations.items():
-        if what.startswith("off"):               # asked for, and sat this run out (host-workers on a short run)
+        # Asked for, and sat this run out (host-workers on a short run), or took over part way (host-workers).
+        if what.startswith(("off", "handed over")):
             print(f"note: {name} {what}", file=sys.stderr)
     if reading.reported:
         whole = fam.whole_text_option             # the model's own way to read all of a text, if it has one

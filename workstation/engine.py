@@ -177,6 +177,7 @@ def run(model: LoadedModel | Lend, documents: Iterable[Document], config: RunCon
         with _collector_aside():
             _measure(taken, report, chain([first], slices), config.max_tuples, total, on_result, on_progress, cancel, keep_results,
                      on_clock)
+        report.optimizations.update(taken.finish_run())
     return report
 
 

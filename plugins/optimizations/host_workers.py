@@ -6,12 +6,11 @@ from contracts.hookspecs import hookimpl
 from contracts.names import Capability
 from contracts.optimization import Optimization
 
-# A run that would have to start its workers, and has fewer documents than this, stays in its own process.
-# Measured through `launcher.py extract` (docs/benchmarks.md, "Faster starts"): with workers that start in a fifth
-# of a second, a fresh process gains at 10,000 documents on dense and realistic output but still loses on sparse
-# output and at 1,000 documents; a run cannot know its density before it starts. A process that keeps its workers
-# (the UI, the API) uses them for any run once they are up.
-MIN_DOCUMENTS = 20_000
+# A run that would have to start its workers, and has fewer documents than this, stays in its own process: it ends
+# about as soon as they are up and one share is measured (plugins/rexuninlu/workers.py, HandOver). A longer run
+# starts them before its first batch and hands over to them only once it is bound by its own host work: in a fresh
+# process the workers gained 1.8x on dense output and lost 12 % on sparse (docs/benchmarks.md, "Faster starts").
+MIN_DOCUMENTS = 1_000
 # Fewer workers than this gain nothing (docs/benchmarks.md, host workers: 4 workers lost to none at dense
 # output, 8 won); the run's own process needs a core besides them.
 MIN_WORKERS = 8
@@ -28,10 +27,11 @@ class HostWorkers(Optimization):
     title = "Host workers (tokenise and decode in parallel processes)"
     description = ("Runs tokenising, window layout, decoding and serialising in worker processes while the run's "
                    "own process batches their windows on the device; results come back in input order, their "
-                   "JSON already written. Lossless. The workers start before a run's first batch and are kept "
-                   f"for later runs; a run of fewer than {MIN_DOCUMENTS:,} documents (while none are up), or a "
-                   f"machine of fewer than {MIN_WORKERS + 1} cores, goes without them: there they cost more than "
-                   "they save.")
+                   "JSON already written. Lossless. A run starts in its own process while the workers start, and "
+                   "hands its remaining documents over once they are up and its own decoding and writing hold "
+                   "the device back (dense output); they are kept for later runs. A run of fewer than "
+                   f"{MIN_DOCUMENTS:,} documents (while none are up), or a machine of fewer than {MIN_WORKERS + 1} "
+                   "cores, goes without them: there they cost more than they save.")
     switch = "live"
     lossless = True
 
@@ -47,7 +47,8 @@ class HostWorkers(Optimization):
             return (f"off: {os.cpu_count()} core(s) leave {count} worker(s) beside the run's own process; "
                     f"fewer than {MIN_WORKERS} gain nothing")
         model.knobs.host_workers, model.knobs.host_workers_from = count, MIN_DOCUMENTS
-        return f"{count} host worker process(es), for runs of {MIN_DOCUMENTS:,} documents or more"
+        return (f"{count} host worker process(es), taking over runs of {MIN_DOCUMENTS:,} documents or more once the "
+                "run's own host work holds the device back")
 
     def disable(self, model):
         model.knobs.host_workers = model.knobs.host_workers_from = 0

@@ -17,7 +17,7 @@ from plugins.rexuninlu.modeling import forget_fused_projections
 from plugins.rexuninlu.pipeline import run_documents
 from plugins.rexuninlu.prompting import CLASSIFY, MULTICLASSIFY, Prompter, Vocabulary, validate_schema, validate_text
 from plugins.rexuninlu.scoring import WindowScorer
-from plugins.rexuninlu.workers import HostWorkers
+from plugins.rexuninlu.workers import HandOver, HostWorkers
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -116,7 +116,7 @@ class LoadedRex(LoadedModel):
         self.scorer = WindowScorer(network, vocabulary.pad_id, vocabulary.type_id, device, self.knobs)
         self.scorer.clock = lambda: self.clock
         self.workers: HostWorkers | None = None          # started by the first run that uses them
-        self.in_process = False                          # prepare_run's decision: this run without the workers
+        self.handover: HandOver | None = None             # prepare_run's: when this run moves to the workers, if ever
         self.master = MasterWeights()                      # the encoder's fp32 weights while it runs reduced
 
     def set_dtype(self, dtype: str) -> None:
@@ -145,24 +145,40 @@ class LoadedRex(LoadedModel):
         if not self.knobs.host_workers and self.workers is not None:      # switched off: their processes end
             self.workers.close()
             self.workers = None
-        if self.knobs.host_workers and not self.in_process and len(documents) > batch_size:   # one batch gains nothing
-            yield from self.host_workers().run(self.scorer, documents, batch_size, on_progress, self.clock)
-        else:
+        handover = self.handover if self.knobs.host_workers else None
+        if handover is None or len(documents) <= batch_size:                 # one batch gains nothing
             yield from run_documents(self.prompter, self.scorer, documents, batch_size, on_progress, self.clock)
+            return
+        done = 0
+        if not handover.done:          # this process first; the workers take the rest once they gain (HandOver)
+            for result in run_documents(self.prompter, self.scorer, documents, batch_size, on_progress, self.clock,
+                                        more=lambda: handover.stay(self.clock)):
+                done += 1
+                yield result
+            handover.after += done
+        if done < len(documents):
+            def progress(n: int) -> None:
+                if on_progress:
+                    on_progress(done + n)
+            yield from self.host_workers().run(self.scorer, documents[done:], batch_size, progress, self.clock)
 
     def prepare_run(self, documents: int | None) -> dict[str, str]:
-        """Host workers: started now, before the first batch, so they load their tokenizer while this process
-        captures graphs and prepares its first windows; or not used at all by a run shorter than the knob's
-        host_workers_from, unless they are already up (kept from an earlier run of this model)."""
+        """Host workers: started now, before the first batch, for the run to hand its documents over to once they are
+        up and it is bound by its own host work (workers.HandOver); or not started at all for a run shorter than the
+        knob's host_workers_from, unless they are already up (kept from an earlier run of this model)."""
+        self.handover = None
+        if not self.knobs.host_workers:
+            return {}
         running = self.workers is not None and bool(self.workers.pipes) and self.workers.count == self.knobs.host_workers
-        short = documents is not None and documents < self.knobs.host_workers_from
-        self.in_process = bool(self.knobs.host_workers) and short and not running
-        if self.in_process:
+        if documents is not None and documents < self.knobs.host_workers_from and not running:
             return {"host-workers": f"off for this run: {plural(documents, 'document')}, fewer than "
                                     f"{self.knobs.host_workers_from:,} (starting the workers costs more than they save)"}
-        if self.knobs.host_workers:
-            self.host_workers().start()
+        self.host_workers().start()
+        self.handover = HandOver(self.workers)
         return {}
+
+    def finish_run(self) -> dict[str, str]:
+        return {"host-workers": self.handover.describe()} if self.handover is not None else {}
 
     def host_workers(self) -> HostWorkers:
         """The worker processes for the count the knob asks, kept between runs (they take seconds to start)."""

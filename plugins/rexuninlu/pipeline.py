@@ -102,34 +102,48 @@ def prompt_loop(p: Prompter, text: str, schema: dict, preds: list, legal: set, k
 
 
 def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Document], batch_size: int,
-                  on_progress: Callable[[int], None] | None = None, clock: StageClock = IDLE) -> Iterator[Result]:
+                  on_progress: Callable[[int], None] | None = None, clock: StageClock = IDLE,
+                  more: Callable[[], bool] | None = None) -> Iterator[Result]:
     """Yield every document's Result in input order.
 
     Documents go in groups, and the device is kept fed across them: while the device scores one
     group, a prefetch thread prepares the next (tokenising its texts in one call, building its first
     windows); and before a group's links are decoded, the next group's first windows are queued on the
     device (up to AHEAD batches), so the device works while the host decodes and writes.
+
+    more(): asked before each group after the first; once it says no, no group is started and the run ends
+    after the ones it has, leaving the rest of `documents` (the caller counts the Results) to someone else.
     """
     groups = document_groups(documents, batch_size)
-    finished = 0
+    finished, stopped = 0, False
     with ThreadPoolExecutor(1, thread_name_prefix="rexuninlu-prefetch") as pool:
         upcoming = [pool.submit(start_group, p, group, clock) for group in groups[:1]]
 
-        def take(k: int) -> Group:
-            """Group k as prepared by the prefetch thread, which then starts on group k + 1."""
+        def take(k: int) -> Group | None:
+            """Group k as prepared by the prefetch thread, which then starts on group k + 1; None past the
+            last group, or once more() said no."""
+            nonlocal stopped
+            stopped = stopped or k >= len(groups) or (k > 0 and more is not None and not more())
+            if stopped:
+                if upcoming:                          # group k, prepared for nobody: its tokens go
+                    upcoming.pop().result()
+                    p.forget([doc.text for doc in groups[k]])
+                return None
             g = upcoming.pop().result()
             if k + 1 < len(groups):
                 upcoming.append(pool.submit(start_group, p, groups[k + 1], clock))
             return g
 
-        prepared = take(0) if groups else None
+        prepared = take(0)
         for k, group in enumerate(groups):
+            if prepared is None:
+                return
             queued: list[Group] = []
 
             def queue_next(k=k, queued=queued) -> None:
-                if k + 1 < len(groups):
-                    queued.append(take(k + 1))
-                    queued[0].submit(scorer, batch_size, AHEAD)
+                if (g := take(k + 1)) is not None:
+                    queued.append(g)
+                    g.submit(scorer, batch_size, AHEAD)
 
             for result in finish_group(p, scorer, group, prepared, batch_size, clock, queue_next):
                 finished += 1
@@ -137,7 +151,7 @@ def run_documents(p: Prompter, scorer: WindowScorer, documents: Sequence[Documen
                 if on_progress:
                     on_progress(finished)
             # A group whose documents finished without the device never got to decoding: take the next now.
-            prepared = queued[0] if queued else take(k + 1) if k + 1 < len(groups) else None
+            prepared = queued[0] if queued else take(k + 1)
 
 
 def document_groups(documents: Sequence[Document], batch_size: int) -> list[Sequence[Document]]:

@@ -11,9 +11,14 @@ no per-span work here either; the bytes go through a file, not the pipe.
 A worker imports neither torch nor transformers (its tokenizer comes as a pickled prompting.Vocabulary, its links
 as numpy arrays): with them, each of a dozen workers spent seconds importing, inside the run that waited for it.
 
+A run starts in its own process and hands its remaining documents over to the workers only where they gain
+(HandOver): once they are up, and only while its own thread is the bottleneck, busy decoding and writing. Sparse
+output never is, and there the workers lost to one process (docs/benchmarks.md, "Faster starts").
+
 Messages, each a tuple (kind, group number, payload):
   to a worker:   ("start", k, documents)  ("links", k, links)  and None to stop
-  from a worker: ("windows", k, windows)  ("done", k, (headers, outputs, stage seconds))  ("failed", k, exception)
+  from a worker: ("ready", 0, None) once, when it can take work; ("windows", k, windows)
+                 ("done", k, (headers, outputs, stage seconds))  ("failed", k, exception)
 """
 from __future__ import annotations
 
@@ -25,10 +30,12 @@ import queue
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections import deque
 from dataclasses import replace
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
@@ -54,6 +61,12 @@ GROUP_SHARE = 4
 POLL_SECONDS = 0.001
 # Beside the spooled results (transport.py), read by every worker as it starts.
 VOCABULARY_FILE = "vocabulary.pickle"
+# A run hands over to the workers once its own thread spends this share of its time decoding and writing (HandOver).
+# Measured in one process on an H100 (docs/benchmarks.md, "Faster starts"): dense output, device 43 % busy, gained
+# 1.8x from the workers; realistic, 70 % busy, 1.08x; sparse, 91 % busy, lost 12 %.
+HOST_BOUND = 1 / 3
+# The share is measured over intervals at least this long (at group boundaries), so one slow group decides nothing.
+INTERVAL_S = 0.25
 
 
 class HostWorkers:
@@ -63,6 +76,7 @@ class HostWorkers:
         self.vocabulary, self.count = vocabulary, count
         self.pipes: list[Connection] = []
         self.processes: list = []
+        self.starting: list[Connection] = []      # workers that have not said they are ready
         self.spool: tempfile.TemporaryDirectory | None = None     # where the workers spool their results' bytes
 
     def start(self) -> None:
@@ -90,6 +104,24 @@ class HostWorkers:
             theirs.close()
             self.pipes.append(mine)
             self.processes.append(process)
+        self.starting = list(self.pipes)
+
+    def ready(self, wait: float | None = 0.0) -> bool:
+        """Whether every worker is up and can take work. wait: seconds to wait for them (None: as long as it takes)."""
+        deadline = None if wait is None else time.monotonic() + wait
+        try:
+            while self.starting:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                for pipe in wait_for(self.starting, timeout=left):
+                    receive(pipe)                      # ("ready", 0, None): a worker sends nothing else unasked
+                    self.starting.remove(pipe)
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        except RuntimeError:
+            # One died before it took any work: nothing of a run is lost. The pool goes; the run that asked stays in
+            # its own process, and a later one starts the workers afresh.
+            self.close()
+        return bool(self.pipes) and not self.starting
 
     def close(self) -> None:
         for pipe in self.pipes:
@@ -101,7 +133,7 @@ class HostWorkers:
             process.join(timeout=5)
             if process.is_alive():
                 process.kill()
-        self.pipes, self.processes = [], []
+        self.pipes, self.processes, self.starting = [], [], []
         if self.spool is not None:
             self.spool.cleanup()                # with the files of the groups a run left half way
             self.spool = None
@@ -114,6 +146,8 @@ class HostWorkers:
             on_progress: Callable[[int], None] | None = None, clock: StageClock | None = None) -> Iterator[Result]:
         """Every document's Result in input order (each holding its output's JSON: transport.py)."""
         self.start()
+        if not self.ready(wait=None):
+            raise RuntimeError(STOPPED)
         try:
             scorer.batch_rows = batch_size
             scorer.capture_all()             # which shapes come depends on timing: none is captured mid-run
@@ -125,6 +159,43 @@ class HostWorkers:
             # A run left half way (an error, a cancel, a closed generator) leaves groups in the workers.
             self.close()
             raise
+
+
+class HandOver:
+    """Whether a run moves on to the workers, asked at its group boundaries (pipeline.run_documents' more()).
+
+    Once per interval of at least INTERVAL_S it measures the share of the run's own thread spent decoding and
+    writing (the clock's decode and write stages, both on that thread); from the first interval that reaches
+    HOST_BOUND while every worker is up, the rest of the run, later slices included, goes to the workers.
+    Starting them costs the run's thread about 20 ms; a run that never hands over pays nothing else."""
+
+    def __init__(self, workers: HostWorkers):
+        self.workers = workers
+        self.done = False                    # decided: the rest of the run goes to the workers
+        self.after = 0                       # documents the run's own process did (the family counts them)
+        self.share: float | None = None      # of the last interval measured
+        self._mark: tuple[float, float] | None = None
+
+    def stay(self, clock: StageClock) -> bool:
+        if self.done:
+            return False
+        now, host = time.perf_counter(), clock.seconds["decode"] + clock.seconds["write"]
+        if self._mark is None or now - self._mark[0] < INTERVAL_S:
+            self._mark = self._mark or (now, host)
+            return True
+        self.share = (host - self._mark[1]) / (now - self._mark[0])
+        self._mark = (now, host)
+        self.done = self.share >= HOST_BOUND and self.workers.ready()
+        return not self.done
+
+    def describe(self) -> str:
+        """For the run's report: what the workers did in this run."""
+        if self.share is None:
+            return "off for this run: it ended before its first measure (it stayed in its own process)"
+        measured = f"decoding and writing took {self.share:.0%} of the run's own thread"
+        if self.done:
+            return f"handed over to the worker processes after {self.after:,} documents ({measured})"
+        return f"off for this run: it stayed in its own process ({measured}; the workers take over from {HOST_BOUND:.0%})"
 
 
 class Relay:
@@ -152,7 +223,7 @@ class Relay:
             # This process is the one that feeds the device, so it never waits while it has something to do:
             # it takes every message that is in, and reads back only a set the device is done with.
             busy = self.can_launch() or self.oldest_done()
-            for pipe in wait(self.pipes, timeout=0 if busy else POLL_SECONDS if self.on_device else None):
+            for pipe in wait_for(self.pipes, timeout=0 if busy else POLL_SECONDS if self.on_device else None):
                 self.take(pipe)
                 while pipe.poll():
                     self.take(pipe)
@@ -249,6 +320,7 @@ def work(pipe: Connection, vocabulary: Vocabulary | Path, folder: str) -> None:
     # process does (engine._collector_aside): a full collection over it took a worker about 0.1 s, during which it
     # read no message, so the run's process sending it links waited as long, and the device with it (seen in a trace).
     gc.freeze()
+    pipe.send(("ready", 0, None))
     serve(pipe, prompter, folder)
 
 

@@ -37,7 +37,7 @@ def test_the_report_is_read_from_the_lines_extract_prints():
               "process: model load 1.25s · warm-up 0.75s · first result 4.10s · done 6.00s after the process started\n")
     assert cli_e2e.parse_report(stderr) == {
         "documents_reported": 1000, "run_s": 2.5, "run_docs_per_s": 400.0, "device_busy_%": 80,
-        "model_load_s": 1.25, "warm_up_s": 0.75, "first_result_s": 4.1, "sat_out": []}
+        "model_load_s": 1.25, "warm_up_s": 0.75, "first_result_s": 4.1, "sat_out": [], "host_workers_after": None}
 
 
 def test_a_report_without_its_process_line_is_an_error():
@@ -51,3 +51,12 @@ def test_an_optimization_that_sat_the_run_out_is_named_in_the_row():
               "process: model load 0.90s · warm-up 0.00s · first result 3.00s · done 3.60s after the process started\n"
               "note: host-workers off for this run: 12 documents, fewer than 20,000 (starting the workers costs more)\n")
     assert cli_e2e.parse_report(stderr)["sat_out"] == ["host-workers"]
+
+
+def test_host_workers_that_took_a_run_over_say_after_how_many_documents():
+    stderr = ("3,000 documents in 2.50s (1,200.0 docs/s) on cuda (bf16, attention triton); output: o\n"
+              "process: model load 0.90s · warm-up 0.50s · first result 3.00s · done 5.60s after the process started\n"
+              "note: host-workers handed over to the worker processes after 1,212 documents (decoding and writing "
+              "took 58% of the run's own thread)\n")
+    row = cli_e2e.parse_report(stderr)
+    assert row["host_workers_after"] == 1212 and row["sat_out"] == []

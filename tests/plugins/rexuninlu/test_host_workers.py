@@ -13,6 +13,7 @@ import torch
 from benchmarks.density import DENSITIES, calibrate
 from contracts.domain import Document
 from plugins.optimizations import host_workers
+from plugins.rexuninlu import workers
 from plugins.rexuninlu.loading import load_tokenizer
 from plugins.rexuninlu.prompting import Prompter, Vocabulary
 from plugins.rexuninlu.transport import WrittenResult
@@ -31,8 +32,19 @@ def rex(rex_tiny):
         model.workers.close()
 
 
+@pytest.fixture(autouse=True)
+def hand_over_at_once(monkeypatch):
+    """The workers take a run over at its second group boundary once they are up, whatever the share (the decision
+    itself is tested with its real thresholds below)."""
+    monkeypatch.setattr(workers, "HOST_BOUND", 0.0)
+    monkeypatch.setattr(workers, "INTERVAL_S", 0.0)
+
+
 def written(model, docs, batch_size: int, workers: int, **run):
     model.knobs.host_workers = workers
+    if workers:                                   # up before the run: it hands over at its second group boundary
+        model.host_workers().start()
+        assert model.workers.ready(wait=None)
     lines, progress = [], []
     report = engine.run(model, docs, RunConfig(batch_size=batch_size, options=run), keep_results=False,
                         on_progress=lambda n, _: progress.append(n),
@@ -84,10 +96,11 @@ def test_a_worker_that_dies_fails_the_run_clearly_and_the_next_run_starts_afresh
     alone, _ = written(rex, docs, 4, workers=0)
     rex.knobs.host_workers = 2
     rex.host_workers().start()
+    assert rex.workers.ready(wait=None)
     doomed = rex.workers.processes[0]
 
     def kill(done, _):
-        if done == 1:                 # worker 0 was just handed a group that needs the device: it cannot be done
+        if done == 1:                 # before the run hands over: worker 0 is handed groups it cannot do
             doomed.kill()
     folder = rex.workers.folder
     with pytest.raises(RuntimeError, match="host worker process stopped"):
@@ -112,8 +125,6 @@ def test_a_failure_inside_a_worker_comes_back_as_the_exception(rex_tiny, tmp_pat
 
 
 def test_a_pool_without_a_temporary_folder_sends_its_results_through_the_pipe(rex, monkeypatch):
-    from plugins.rexuninlu import workers
-
     def unwritable(**_):
         raise PermissionError("no temporary folder here")
     docs = mixed_documents(24, seed=6)
@@ -153,7 +164,8 @@ def test_a_run_of_few_documents_goes_without_host_workers_and_its_report_says_so
     report = engine.run(rex, mixed_documents(12, seed=6), RunConfig(batch_size=4, optimizations=["host-workers"]),
                         keep_results=False)
     assert report.documents == 12 and (rex.workers is None or not rex.workers.pipes)      # no process was started
-    assert report.optimizations["host-workers"].startswith("off for this run: 12 documents, fewer than 20,000")
+    assert report.optimizations["host-workers"].startswith(
+        f"off for this run: 12 documents, fewer than {host_workers.MIN_DOCUMENTS:,}")
     engine.apply_optimizations(rex, [])
 
 
@@ -170,7 +182,7 @@ def test_host_workers_are_started_before_the_first_batch_not_inside_the_run(rex,
     monkeypatch.setattr(rex, "extract", watched)
     report = engine.run(rex, mixed_documents(12, seed=7), RunConfig(batch_size=4), keep_results=False)
     assert report.documents == 12 and up_when_extracting == [True]
-    assert "host-workers" not in report.optimizations
+    assert "fewer than" not in report.optimizations["host-workers"]
     rex.knobs.host_workers = 0
 
 
@@ -208,7 +220,8 @@ def test_a_slow_device_never_holds_more_than_AHEAD_batches_of_windows(rex, monke
 
     def submit(windows, *args, **kwargs):
         on_device.append(len(windows))
-        peak[0] = max(peak[0], sum(on_device))
+        if rex.handover.done:         # the workers' part: this process's groups were all read back before it
+            peak[0] = max(peak[0], sum(on_device))
         return real_submit(windows, *args, **kwargs)
 
     def result(self):
@@ -222,3 +235,101 @@ def test_a_slow_device_never_holds_more_than_AHEAD_batches_of_windows(rex, monke
                                               long_docs[0].text, "no_cls").ids)
     assert len(lines) == len(long_docs) and windows_per_doc > 4
     assert 0 < peak[0] <= AHEAD * 4 + windows_per_doc          # a group is one document at batch 4
+
+
+def test_a_run_hands_over_once_its_host_work_holds_it_back_and_its_later_slices_follow(rex, monkeypatch):
+    """In its own process until the decision, then the workers, later slices included: the same outputs in order, and
+    the report says after how many documents. (A slice is 256 documents at batch 4: engine.slice_size.)"""
+    docs = mixed_documents(300, seed=9)
+    alone, _ = written(rex, docs, 4, workers=0)
+    rex.knobs.host_workers = 2
+    rex.host_workers().start()
+    assert rex.workers.ready(wait=None)
+    kinds: list[bool] = []
+    report = engine.run(rex, docs, RunConfig(batch_size=4), keep_results=False,
+                        on_result=lambda _, r: kinds.append(isinstance(r, WrittenResult)))
+    moved = kinds.index(True)
+    assert moved == 12 and kinds == [False] * 12 + [True] * (len(docs) - 12)   # groups of 4 and 8, then the workers
+    assert report.optimizations["host-workers"].startswith("handed over to the worker processes after 12 documents")
+    shared, _ = written(rex, docs, 4, workers=2)
+    assert_same_outputs(*([json.loads(line)["output"] for line in lines] for lines in (alone, shared)), ONE_STEP)
+    rex.knobs.host_workers = 0
+
+
+def test_a_run_whose_host_work_keeps_up_stays_in_its_own_process(rex, monkeypatch):
+    monkeypatch.setattr(workers, "HOST_BOUND", 1.01)            # a share no run reaches
+    rex.knobs.host_workers = 2
+    rex.host_workers().start()
+    assert rex.workers.ready(wait=None)
+    kinds: list[bool] = []
+    report = engine.run(rex, mixed_documents(60, seed=10), RunConfig(batch_size=4), keep_results=False,
+                        on_result=lambda _, r: kinds.append(isinstance(r, WrittenResult)))
+    assert kinds == [False] * 60
+    assert report.optimizations["host-workers"].startswith("off for this run: it stayed in its own process")
+    rex.knobs.host_workers = 0
+
+
+class FakePool:
+    def __init__(self):
+        self.up = False
+
+    def ready(self):
+        return self.up
+
+
+def test_the_hand_over_measures_the_share_of_each_interval_and_waits_for_the_workers(monkeypatch):
+    from contracts.stages import StageClock
+    monkeypatch.setattr(workers, "HOST_BOUND", 0.5)
+    monkeypatch.setattr(workers, "INTERVAL_S", 0.25)
+    now = [100.0]
+    monkeypatch.setattr(workers.time, "perf_counter", lambda: now[0])
+    pool, clock = FakePool(), StageClock()
+    h = workers.HandOver(pool)
+    assert h.stay(clock) and h.share is None                     # the first boundary only marks the start
+    now[0] += 0.1
+    clock.add("decode", 0.1)
+    assert h.stay(clock) and h.share is None                     # an interval shorter than INTERVAL_S decides nothing
+    now[0] += 0.9
+    clock.add("write", 0.1)
+    assert h.stay(clock) and h.share == pytest.approx(0.2)       # 0.2 s of decoding and writing in 1 s
+    now[0] += 1.0
+    clock.add("decode", 0.7)                                     # host-bound, but the workers are not up yet
+    assert h.stay(clock) and h.share == pytest.approx(0.7) and not h.done
+    now[0] += 1.0
+    clock.add("decode", 0.6)
+    clock.add("device", 5.0)                                     # device time is no host work
+    pool.up = True
+    assert not h.stay(clock) and h.done
+    assert not h.stay(clock) and h.share == pytest.approx(0.6)   # decided for the rest of the run
+    h.after = 40
+    assert h.describe() == ("handed over to the worker processes after 40 documents "
+                            "(decoding and writing took 60% of the run's own thread)")
+
+
+def test_a_worker_that_dies_before_any_work_leaves_the_run_in_its_own_process(rex):
+    docs = mixed_documents(40, seed=11)
+    alone, _ = written(rex, docs, 4, workers=0)
+    rex.knobs.host_workers = 2
+    rex.host_workers().start()
+    rex.workers.processes[0].kill()
+    rex.workers.processes[0].join(timeout=30)
+    lines: list[str] = []
+    report = engine.run(rex, docs, RunConfig(batch_size=4), keep_results=False,
+                        on_result=lambda _, r: lines.append(r.to_json_text()))
+    assert rex.workers.pipes == [] and report.documents == len(docs)
+    assert report.optimizations["host-workers"].startswith("off for this run: it stayed in its own process")
+    assert_same_outputs(*([json.loads(line)["output"] for line in got] for got in (alone, lines)), ONE_STEP)
+    rex.knobs.host_workers = 0
+
+
+def test_a_run_told_to_stop_ends_after_its_groups_and_forgets_the_one_it_prepared(rex):
+    from plugins.rexuninlu.pipeline import run_documents
+    docs = mixed_documents(60, seed=12)
+    asked: list[int] = []
+
+    def more() -> bool:
+        asked.append(1)
+        return len(asked) < 2                                 # group 1 may start, group 2 may not
+    results = list(run_documents(rex.prompter, rex.scorer, docs, 4, more=more))
+    assert [r.document_id for r in results] == [d.id for d in docs[:12]]     # groups of 4 and 8, in order
+    assert rex.prompter._pieces == {}                            # group 2 was tokenised by the prefetch thread, then let go
