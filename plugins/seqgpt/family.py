@@ -10,7 +10,7 @@ from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
 from contracts.torch.precision import MasterWeights
-from plugins.seqgpt import demo, flash, loading, prompting, windows
+from plugins.seqgpt import demo, flash, kept_tokenizer, loading, prompting, windows
 from plugins.seqgpt.generation import GenerationSettings
 from plugins.seqgpt.graphs import DecodeGraphs
 from plugins.seqgpt.modeling import ATTENTION_BACKENDS
@@ -82,7 +82,7 @@ class SeqGPT(ModelFamily):
         if dtype not in DTYPES:
             raise InputError(f"unknown dtype {dtype!r}; use fp32, fp16 or bf16")
         weights = Path(weights)
-        tokenizer = loading.load_tokenizer(weights)
+        tokenizer = kept_tokenizer.load(weights)
         network = loading.load_network(weights, DTYPES[dtype], device)
         model = LoadedSeqGPT(self, weights, device, network, tokenizer, loading.read_special_tokens(weights))
         model.set_dtype(dtype)

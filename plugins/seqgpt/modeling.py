@@ -243,7 +243,12 @@ class Bloom(nn.Module):
     def __init__(self, config: BloomConfig):
         super().__init__()
         self.config = config
-        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Filled as nn.Embedding fills it, except on the meta device, where loading builds the network: there its
+        # normal_ imports torch._dynamo, 1.4 s of every SeqGPT load on the CPU VM, for numbers nobody reads.
+        weight = torch.empty(config.vocab_size, config.hidden_size)
+        if weight.device.type != "meta":
+            nn.init.normal_(weight)
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, _weight=weight)
         self.word_embeddings_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
         self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_epsilon)
