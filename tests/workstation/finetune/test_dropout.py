@@ -22,7 +22,7 @@ def rex_pair(rex_tiny, rex_tiny_no_dropout):
 def bloom_pair(seqgpt_tiny, tmp_path_factory):
     with_p = SeqGPT().load(with_dropout(seqgpt_tiny, tmp_path_factory.mktemp("bloom") / "dropout", 0.1, 0.1))
     without = SeqGPT().load(seqgpt_tiny)
-    ids = with_p.tokenizer(["输入: 张三在北京工作\n抽取: 人物\n输出: [GEN]"], return_tensors="pt")["input_ids"]
+    ids = torch.tensor(with_p.tokenizer(["输入: 张三在北京工作\n抽取: 人物\n输出: [GEN]"])["input_ids"])
     return with_p.network, without.network, ids
 
 
