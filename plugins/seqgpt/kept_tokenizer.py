@@ -37,6 +37,11 @@ class RustTokenizer:
         rust.no_padding()
         rust.encode_special_tokens = split_special_tokens
 
+    @classmethod
+    def from_entry(cls, entry: dict) -> "RustTokenizer":
+        from tokenizers import Tokenizer
+        return cls(Tokenizer.from_str(entry["tokenizer"]), entry["size"], entry["split_special_tokens"])
+
     def __call__(self, text: str | Sequence[str], add_special_tokens: bool = True,
                  return_offsets_mapping: bool = False) -> dict:
         one = isinstance(text, str)
@@ -64,19 +69,19 @@ def load(weights: Path):
     kept = cache_folder.read_json(kept_at) if kept_at is not None else None
     if kept is not None:
         try:
-            from tokenizers import Tokenizer
-            return RustTokenizer(Tokenizer.from_str(kept["tokenizer"]), kept["size"], kept["split_special_tokens"])
+            return RustTokenizer.from_entry(kept)
         except Exception:                      # noqa: BLE001 - truncated, another format: build it again
             pass
     built = load_tokenizer(weights)
-    if kept_at is not None:
-        entry = {"tokenizer": built.backend_tokenizer.to_str(), "size": len(built),
-                 "split_special_tokens": bool(built.split_special_tokens)}
-        from tokenizers import Tokenizer
-        if agree(built, RustTokenizer(Tokenizer.from_str(entry["tokenizer"]), entry["size"],
-                                      entry["split_special_tokens"])):
-            cache_folder.keep_json(kept_at, entry)
+    if kept_at is not None and agree(built, RustTokenizer.from_entry(entry := entry_of(built))):
+        cache_folder.keep_json(kept_at, entry)
     return built
+
+
+def entry_of(built) -> dict:
+    """What the cache folder keeps of transformers' tokenizer: its Rust backend as transformers set it up."""
+    return {"tokenizer": built.backend_tokenizer.to_str(), "size": len(built),
+            "split_special_tokens": bool(built.split_special_tokens)}
 
 
 def agree(reference, candidate) -> bool:

@@ -35,8 +35,7 @@ def calls(tokenizer) -> list:
 
 def test_the_rust_backend_answers_every_call_as_transformers_does(seqgpt_tiny):
     built = load_tokenizer(seqgpt_tiny)
-    rust = kept_tokenizer.RustTokenizer(__import__("tokenizers").Tokenizer.from_str(built.backend_tokenizer.to_str()),
-                                        len(built), built.split_special_tokens)
+    rust = kept_tokenizer.RustTokenizer.from_entry(kept_tokenizer.entry_of(built))
     assert calls(rust) == json.loads(json.dumps(calls(built)))
     assert kept_tokenizer.agree(built, rust)
 
@@ -79,8 +78,7 @@ def test_a_second_process_takes_the_tokenizer_from_the_cache_folder_without_tran
 def test_a_backend_that_disagrees_with_transformers_is_not_kept(seqgpt_tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("IEW_CACHE_DIR", str(tmp_path))
     built = load_tokenizer(seqgpt_tiny)
-    wrong = kept_tokenizer.RustTokenizer(__import__("tokenizers").Tokenizer.from_str(built.backend_tokenizer.to_str()),
-                                         len(built), built.split_special_tokens)
+    wrong = kept_tokenizer.RustTokenizer.from_entry(kept_tokenizer.entry_of(built))
     assert kept_tokenizer.agree(built, wrong)
     original = wrong.decode
     wrong.decode = lambda ids, skip_special_tokens=False: original(ids, skip_special_tokens).replace(" ,", ",")
