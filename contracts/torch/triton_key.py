@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from contracts import cache_folder
@@ -38,8 +39,14 @@ def remember(cache_module, kept_at: Path) -> bool:
     if compute is None or getattr(compute, "remembered", False):
         return False
 
-    @functools.lru_cache(maxsize=None)
+    lock = threading.Lock()             # the background thread and a first compile may ask at once: one computes
+
     def triton_key() -> str:
+        with lock:
+            return known()
+
+    @functools.lru_cache(maxsize=None)
+    def known() -> str:
         stamp = fingerprint(Path(cache_module.__file__).resolve().parents[1])
         kept = cache_folder.read_json(kept_at)
         if isinstance(kept, dict) and kept.get("fingerprint") == stamp and isinstance(kept.get("key"), str):
@@ -48,7 +55,7 @@ def remember(cache_module, kept_at: Path) -> bool:
         cache_folder.keep_json(kept_at, {"fingerprint": stamp, "key": key})
         return key
 
-    triton_key.remembered = True
+    triton_key.remembered, triton_key.__wrapped__ = True, compute
     cache_module.triton_key = triton_key
     for name in ("triton.runtime.autotuner",):      # modules that took the function by name at import
         module = sys.modules.get(name)
@@ -66,4 +73,9 @@ def remember_triton_key() -> None:
         import triton.runtime.cache as cache_module
     except ImportError:
         return
-    remember(cache_module, kept_at)
+    import torch
+    if remember(cache_module, kept_at) and torch.cuda.is_available():
+        # Found or computed while the model loads, not at its first compile: on a machine that never kept it, the
+        # hash (0.46 s on the H100) was part of the first run's warm-up. hashlib lets go of the interpreter lock.
+        # Without a GPU nothing is compiled (the tests' interpreter), so nothing is hashed.
+        threading.Thread(target=cache_module.triton_key, name="triton-key", daemon=True).start()

@@ -7,6 +7,7 @@ Padding follows docs/models/rexuninlu.md §2.7 so a window scores the same in an
 """
 from __future__ import annotations
 
+import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from itertools import chain
@@ -18,6 +19,7 @@ import torch
 from contracts.model import Knobs
 from contracts.names import Kernel
 from contracts.stages import IDLE, StageClock
+from contracts.torch import triton_ahead
 from contracts.torch.memory import is_out_of_memory
 from plugins.rexuninlu.decoding import Links, TypedHits, Window
 from plugins.rexuninlu.modeling import RexModel
@@ -26,6 +28,7 @@ from plugins.rexuninlu.prompting import MAX_LEN
 # CUDA-graph shape buckets: tokens in steps of GRAPH_QUANTUM, rows a power of two and at least GRAPH_LEAST_ROWS
 # (where the batch size allows): 4 lengths x 4 row counts at batch 64, few enough to capture all before a run.
 GRAPH_QUANTUM, GRAPH_LEAST_ROWS = 128, 8
+log = logging.getLogger(__name__)
 
 
 def arrange(lengths: Sequence[int], batch_size: int, pack: bool) -> list[list[list[int]]]:
@@ -112,6 +115,7 @@ class WindowScorer:
         self.clock: Callable[[], StageClock] | None = None     # the run's clock (the model's, per run)
         self._side = None
         self._staged: dict[tuple[int, int], list] = {}      # (B, L) -> pinned input buffers and their copies' events
+        self._compiled_ahead = False
 
     # ------------------------------------------------------------ batching
 
@@ -152,12 +156,32 @@ class WindowScorer:
         rows = [r for r in (1 << i for i in range(top.bit_length())) if r >= self.graph_shape(1, 1)[0]]
         return [(r, n) for r in reversed(rows) for n in range(top_len, 0, -GRAPH_QUANTUM)]
 
+    @torch.inference_mode()
+    def compile_ahead(self) -> None:
+        """Before the first capture: the fused path's Triton kernels for every captured length, compiled side by
+        side (contracts/torch/triton_ahead.py), where the first passes would compile them one after another. One
+        throwaway pass of the fewest rows per length finds them: the kernels' constants and argument
+        specialisations follow the length (a multiple of GRAPH_QUANTUM), not the rows."""
+        if self._compiled_ahead or self.network.attention_backend != Kernel.TRITON:
+            return
+        self._compiled_ahead = True
+        rows = self.graph_shape(1, 1)[0]
+        lengths = sorted({n for _, n in self.graph_shapes()}, reverse=True)
+        with (self.clock() if self.clock else IDLE).stage("warm-up"):
+            try:
+                triton_ahead.ahead(lambda: [run_network(self.network, self.blank(rows, n)) for n in lengths])
+            except Exception as e:         # only a saving: the captures compile what is missing, one by one, as before
+                if is_out_of_memory(e):
+                    torch.cuda.empty_cache()
+                log.warning("compiling the kernels ahead failed (%s); the first passes compile them instead", e)
+
     @torch.inference_mode()            # as launch(): captured with autograd on, each graph kept its activations
     def capture_all(self) -> None:
         """Capture every shape now, before a run whose batches are shaped by timing (host workers'): a shape first
         met inside a run stops it while its graph is captured (draining the device's queue, then two passes)."""
         if not (self.knobs.cuda_graphs and self.device.type == "cuda"):
             return
+        self.compile_ahead()
         for shape in self.graph_shapes():
             if self.graph_key(shape) in self.graphs:
                 continue
@@ -241,6 +265,7 @@ class WindowScorer:
 
     def graph_for(self, p: Packed) -> "CapturedForward":
         if not self.graphs:
+            self.compile_ahead()
             # The largest bucket first, so later, smaller graphs reuse its freed blocks in the shared
             # pool (`bench memory-pool` measures the saving against arrival order: docs/benchmarks.md).
             self._capture(self.blank(*self.graph_shape(max(p.ids.shape[0], self.batch_rows), MAX_LEN)))

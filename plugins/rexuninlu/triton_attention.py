@@ -27,6 +27,7 @@ try:
     import triton
     import triton.language as tl
 
+    from contracts.torch.triton_ahead import launch
     from contracts.torch.triton_key import remember_triton_key
     remember_triton_key()            # Triton's installation hash, from the cache folder after the first process
 except ImportError:                  # CPU-only installs: the kernel is simply not offered
@@ -199,11 +200,11 @@ def disentangled_attention(q, k, v, c2p_table, p2c_table, codes: KernelCodes, sc
     c, p = rows_contiguous(c2p_table), rows_contiguous(p2c_table)
     out = torch.empty(B, L, H, D, dtype=q.dtype, device=q.device).transpose(1, 2)
     grid = (triton.cdiv(L, block_m), B * H)
-    _disentangled_fwd[grid](q, k, v, c, p, *codes, out,
-                            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-                            c.stride(0), c.stride(1), c.stride(2), p.stride(0), p.stride(1), p.stride(2),
-                            codes.positions.stride(0), out.stride(0), out.stride(1), out.stride(2),
-                            H, scale, L=L, SPAN=span, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
-                            PRECISION="ieee" if q.dtype == torch.float32 else "tf32",   # fp32 stays real fp32
-                            num_warps=num_warps, num_stages=num_stages)
+    launch(_disentangled_fwd, grid, q, k, v, c, p, *codes, out,
+           q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+           c.stride(0), c.stride(1), c.stride(2), p.stride(0), p.stride(1), p.stride(2),
+           codes.positions.stride(0), out.stride(0), out.stride(1), out.stride(2),
+           H, scale, L=L, SPAN=span, D=D, BLOCK_M=block_m, BLOCK_N=block_n,
+           PRECISION="ieee" if q.dtype == torch.float32 else "tf32",   # fp32 stays real fp32
+           num_warps=num_warps, num_stages=num_stages)
     return out

@@ -19,6 +19,7 @@ try:
     import triton
     import triton.language as tl
 
+    from contracts.torch.triton_ahead import launch
     from contracts.torch.triton_key import remember_triton_key
     remember_triton_key()            # Triton's installation hash, from the cache folder after the first process
 except ImportError:                  # CPU-only installs: the kernel is simply not offered
@@ -76,9 +77,9 @@ def add_layer_norm(x: torch.Tensor, residual: torch.Tensor, norm: torch.nn.Layer
     out = torch.empty_like(rows_x)
     block = triton.next_power_of_2(d)
     kept = out if keep is None else keep.reshape(-1).contiguous()
-    _add_norm_fwd[(rows_x.shape[0],)](rows_x, rows_r, norm.weight, norm.bias, kept, out,
-                                      rows_x.stride(0), rows_r.stride(0), out.stride(0), d, norm.eps,
-                                      BLOCK=block, HAS_KEEP=keep is not None, num_warps=4 if block <= 1024 else 8)
+    launch(_add_norm_fwd, (rows_x.shape[0],), rows_x, rows_r, norm.weight, norm.bias, kept, out,
+           rows_x.stride(0), rows_r.stride(0), out.stride(0), d, norm.eps,
+           BLOCK=block, HAS_KEEP=keep is not None, num_warps=4 if block <= 1024 else 8)
     return out.view(x.shape)
 
 
@@ -90,7 +91,7 @@ def conv_taps(x: torch.Tensor, kernel: int, segments: torch.Tensor | None = None
     assert x.stride(-1) == 1
     taps = torch.empty(B, L, kernel * D, dtype=x.dtype, device=x.device)
     seg = taps if segments is None else segments.contiguous()
-    _taps_fwd[(B * L,)](x, seg, taps, L, x.stride(0), x.stride(1), 0 if segments is None else seg.stride(0),
-                        taps.stride(0), taps.stride(1), D=D, K=kernel, HALF=(kernel - 1) // 2,
-                        BLOCK=triton.next_power_of_2(D), HAS_SEG=segments is not None, num_warps=4)
+    launch(_taps_fwd, (B * L,), x, seg, taps, L, x.stride(0), x.stride(1), 0 if segments is None else seg.stride(0),
+           taps.stride(0), taps.stride(1), D=D, K=kernel, HALF=(kernel - 1) // 2,
+           BLOCK=triton.next_power_of_2(D), HAS_SEG=segments is not None, num_warps=4)
     return taps

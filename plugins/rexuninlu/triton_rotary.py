@@ -24,6 +24,7 @@ try:
     import triton
     import triton.language as tl
 
+    from contracts.torch.triton_ahead import launch
     from contracts.torch.triton_key import remember_triton_key
     remember_triton_key()            # Triton's installation hash, from the cache folder after the first process
 except ImportError:                  # CPU-only installs: the kernel is simply not offered
@@ -75,7 +76,7 @@ def rotary_parts(projection: torch.Tensor, bias: torch.Tensor, cos: torch.Tensor
     assert projection.stride(-1) == cos.stride(-1) == 1 and cos.stride() == sin.stride() and D % 2 == 0
     out = torch.empty(2, B, L, 3 * D, dtype=torch.bfloat16, device=projection.device)
     block = triton.next_power_of_2(D)
-    _rotary_parts_fwd[(B * L,)](projection, bias.float().contiguous(), cos, sin, out, projection.stride(0),
-                                cos.stride(0), B * L, D, TERMS=width // (2 * D), PAIRS=D, BLOCK=block,
-                                num_warps=4 if block <= 1024 else 8)
+    launch(_rotary_parts_fwd, (B * L,), projection, bias.float().contiguous(), cos, sin, out, projection.stride(0),
+           cos.stride(0), B * L, D, TERMS=width // (2 * D), PAIRS=D, BLOCK=block,
+           num_warps=4 if block <= 1024 else 8)
     return out[0], out[1]

@@ -1,0 +1,48 @@
+"""A model's Triton kernels compiled side by side before its first pass, instead of one after another inside it.
+
+On a machine that never ran a kernel, each variant a pass meets (RexUniNLU's attention has one per captured length)
+is compiled where the pass first launches it, one after the other: most of a first run's 4.4–5.4 s of warm-up on
+an H100 (docs/benchmarks.md). Most of a compile, LLVM's code generation and ptxas, runs without Python's interpreter
+lock, so several can run at once in threads.
+
+`ahead(passes)` runs the model's passes once with every launch made through `launch` turned into a compile handed to
+Triton's own AsyncCompileMode (a thread pool), then waits for them all. The passes' other work still runs, on inputs
+nothing reads, so each kernel meets the tensors, strides and constants the real passes give it, and the compiles
+found are the ones those passes need. A later launch finds its kernel compiled, in memory and in Triton's on-disk
+cache. A Triton without AsyncCompileMode (a private module) compiles as before, inside the passes."""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
+from typing import Callable
+
+_compiling_ahead: ContextVar[bool] = ContextVar("compiling_ahead", default=False)
+
+
+def launch(kernel, grid, *args, **meta) -> None:
+    """`kernel[grid](*args, **meta)`, as a model's module launches it; inside `ahead`, its compile is handed off and
+    nothing runs (Triton's warm-up call: it compiles for these arguments, or finds the kernel compiled)."""
+    if _compiling_ahead.get():
+        kernel.run(*args, grid=grid, warmup=True, **meta)
+    else:
+        kernel[grid](*args, **meta)
+
+
+def ahead(passes: Callable[[], object], threads: int | None = None) -> bool:
+    """Run `passes` (the model's forward passes, outputs thrown away) with their Triton launches compiled in up to
+    `threads` threads at once, and return once every compile is done. False where this Triton cannot compile
+    asynchronously: then nothing ran."""
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:
+        return False
+    with ThreadPoolExecutor(max_workers=threads or min(8, os.cpu_count() or 1),
+                            thread_name_prefix="triton-compile") as pool:
+        with AsyncCompileMode(pool):         # its exit waits for every compile it was handed
+            token = _compiling_ahead.set(True)
+            try:
+                passes()
+            finally:
+                _compiling_ahead.reset(token)
+    return True

@@ -1,0 +1,98 @@
+"""Triton's compiles handed to a thread pool before a model's first pass: launches inside `ahead` compile and run
+nothing, the compiles run side by side, and `ahead` returns once all are done."""
+import threading
+
+import pytest
+import torch
+
+from contracts.torch import triton_ahead
+
+triton = pytest.importorskip("triton")
+async_compile = pytest.importorskip("triton.runtime._async_compile")
+tl = pytest.importorskip("triton.language")
+
+
+@triton.jit
+def _fill_ones(X, n, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    tl.store(X + cols, 1.0, mask=cols < n)
+
+
+def test_a_launch_inside_ahead_runs_nothing_and_outside_it_runs():
+    x = torch.zeros(8)
+    assert triton_ahead.ahead(lambda: triton_ahead.launch(_fill_ones, (1,), x, 8, BLOCK=8))
+    assert x.sum() == 0                          # Triton's warm-up call: compiled (not in the interpreter), not run
+    triton_ahead.launch(_fill_ones, (1,), x, 8, BLOCK=8)
+    assert x.sum() == 8
+
+
+class CompilingKernel:
+    """What a @triton.jit kernel does with a warm-up call under AsyncCompileMode (triton/runtime/jit.py, 3.6): hand
+    its compile to the mode, keyed on its specialisation, and keep the result once the compile is done."""
+
+    def __init__(self, compile_fn):
+        self.compile_fn, self.compiled = compile_fn, {}
+
+    def run(self, *args, grid, warmup, **meta):
+        assert warmup
+        key = (args, tuple(sorted(meta.items())))
+        mode = async_compile.active_mode.get()
+        return mode.submit(key, lambda: self.compile_fn(key), lambda kernel: self.compiled.update({key: kernel}))
+
+
+def test_the_compiles_run_side_by_side_and_are_all_done_when_ahead_returns():
+    both = threading.Barrier(3, timeout=10)    # passed only by three compiles running at once
+
+    def compile_fn(key):
+        both.wait()
+        return f"binary for {key}"
+    kernel = CompilingKernel(compile_fn)
+    assert triton_ahead.ahead(lambda: [triton_ahead.launch(kernel, (1,), n, L=n) for n in (128, 256, 384, 128)],
+                              threads=3)
+    assert sorted(k[0] for k in kernel.compiled) == [(128,), (256,), (384,)]    # one compile per specialisation
+
+
+def test_a_triton_without_async_compiles_leaves_the_passes_to_compile_as_before(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "triton.runtime._async_compile", None)       # an import that fails
+    ran = []
+    assert not triton_ahead.ahead(lambda: ran.append(1))
+    assert not ran
+
+
+def test_the_scorer_compiles_each_captured_length_once_before_its_first_capture(rex_model, monkeypatch):
+    # The real fused path on Triton's interpreter: every launch of the throwaway passes is a warm-up call (nothing
+    # runs), the passes survive outputs nobody wrote, and the attention kernel is met at each captured length.
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from plugins.rexuninlu.scoring import GRAPH_QUANTUM
+    calls = []
+    run = InterpretedFunction.run
+
+    def recorded(self, *args, grid, warmup, **meta):
+        calls.append((self.fn.__name__, warmup, meta.get("L")))
+        return run(self, *args, grid=grid, warmup=warmup, **meta)
+    monkeypatch.setattr(InterpretedFunction, "run", recorded)
+    scorer, net = rex_model.scorer, rex_model.network
+    monkeypatch.setattr(scorer, "batch_rows", 16)
+    monkeypatch.setattr(scorer, "_compiled_ahead", False)
+    monkeypatch.setattr(net, "attention_backend", "eager")
+    scorer.compile_ahead()
+    assert calls == [] and not scorer._compiled_ahead                 # no Triton kernel on this path: nothing to do
+    monkeypatch.setattr(net, "attention_backend", "triton")
+    scorer.compile_ahead()
+    scorer.compile_ahead()                                            # once per scorer
+    assert calls and all(warmup for _, warmup, _ in calls)
+    lengths = [L for name, _, L in calls if name == "_disentangled_fwd"]         # one call per layer and length
+    assert list(dict.fromkeys(lengths)) == list(range(4 * GRAPH_QUANTUM, 0, -GRAPH_QUANTUM))
+    assert {name for name, _, _ in calls} == {"_disentangled_fwd", "_add_norm_fwd", "_taps_fwd"}
+
+
+def test_a_failed_compile_ahead_leaves_the_compiles_to_the_first_passes(rex_model, monkeypatch, caplog):
+    def broken(passes, threads=None):
+        raise RuntimeError("a compile thread failed")
+    monkeypatch.setattr(triton_ahead, "ahead", broken)
+    monkeypatch.setattr(rex_model.scorer, "_compiled_ahead", False)
+    monkeypatch.setattr(rex_model.network, "attention_backend", "triton")
+    rex_model.scorer.compile_ahead()
+    assert "a compile thread failed" in caplog.text
