@@ -64,18 +64,30 @@ def remember(cache_module, kept_at: Path) -> bool:
     return True
 
 
-def remember_triton_key() -> None:
-    """For the Triton kernels' modules, after `import triton`: where the launcher named a cache folder."""
+_remembering = threading.Lock()          # the background thread and a kernel module's import may ask at once
+
+
+def remember_triton_key(background: bool = False) -> threading.Thread | None:
+    """For the Triton kernels' modules, after `import triton`: where the launcher named a cache folder. With
+    `background`, for a model loading onto a GPU: Triton is imported and the key found (or computed and kept) in a
+    thread while the model loads, not at its first compile. On a machine that never kept it, the hash (0.46 s on
+    the H100) was part of the first run's warm-up; hashlib lets go of the interpreter lock while it hashes.
+    Returns that thread."""
     kept_at = cache_folder.entry(FILE)
     if kept_at is None:
-        return
-    try:
-        import triton.runtime.cache as cache_module
-    except ImportError:
-        return
-    import torch
-    if remember(cache_module, kept_at) and torch.cuda.is_available():
-        # Found or computed while the model loads, not at its first compile: on a machine that never kept it, the
-        # hash (0.46 s on the H100) was part of the first run's warm-up. hashlib lets go of the interpreter lock.
-        # Without a GPU nothing is compiled (the tests' interpreter), so nothing is hashed.
-        threading.Thread(target=cache_module.triton_key, name="triton-key", daemon=True).start()
+        return None
+
+    def work():
+        try:
+            import triton.runtime.cache as cache_module
+        except ImportError:
+            return
+        with _remembering:
+            remember(cache_module, kept_at)
+        if background:
+            cache_module.triton_key()
+    if not background:
+        return work()
+    thread = threading.Thread(target=work, name="triton-key", daemon=True)
+    thread.start()
+    return thread

@@ -11,6 +11,7 @@ from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
 from contracts.torch.precision import MasterWeights
+from contracts.torch.triton_key import remember_triton_key
 from contracts.words import plural
 from plugins.rexuninlu import demo, loading
 from plugins.rexuninlu.modeling import forget_fused_projections
@@ -90,6 +91,8 @@ class RexUniNLU(ModelFamily):
         return validate_gold(output, document.text, document.schema, document.line)
 
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedRex":
+        if device.startswith("cuda"):
+            remember_triton_key(background=True)          # the fused path's first compile needs it; found meanwhile
         network, _ = loading.load_model(Path(weights), device)
         model = LoadedRex(self, Path(weights), device, loading.load_vocabulary(Path(weights)), network)
         model.set_dtype(dtype)

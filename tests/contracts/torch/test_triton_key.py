@@ -66,3 +66,17 @@ def test_the_kept_key_is_tritons_own(tmp_path):
     triton_key.remember(module, tmp_path / triton_key.FILE)
     assert module.triton_key() == own
     assert json.loads((tmp_path / triton_key.FILE).read_text())["key"] == own
+
+
+def test_a_model_loading_onto_a_gpu_has_the_key_found_in_a_thread_meanwhile(tmp_path, monkeypatch):
+    import sys
+    runtime = pytest.importorskip("triton.runtime")
+    module, calls = process(package(tmp_path), "3.6.0-meanwhile")
+    monkeypatch.setitem(sys.modules, "triton.runtime.cache", module)
+    monkeypatch.setattr(runtime, "cache", module, raising=False)
+    monkeypatch.setenv("IEW_CACHE_DIR", str(tmp_path / "cache"))
+    thread = triton_key.remember_triton_key(background=True)
+    thread.join(10)
+    assert calls == ["3.6.0-meanwhile"]                       # computed once, by the thread, and kept
+    assert json.loads((tmp_path / "cache" / triton_key.FILE).read_text())["key"] == "3.6.0-meanwhile"
+    assert module.triton_key() == "3.6.0-meanwhile" and calls == ["3.6.0-meanwhile"]
