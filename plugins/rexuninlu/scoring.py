@@ -115,7 +115,7 @@ class WindowScorer:
         self.clock: Callable[[], StageClock] | None = None     # the run's clock (the model's, per run)
         self._side = None
         self._staged: dict[tuple[int, int], list] = {}      # (B, L) -> pinned input buffers and their copies' events
-        self._compiled_ahead = False
+        self._compiled_ahead: set[tuple] = set()          # (dtype, attention) compile_ahead has run for
 
     # ------------------------------------------------------------ batching
 
@@ -162,9 +162,10 @@ class WindowScorer:
         side (contracts/torch/triton_ahead.py), where the first passes would compile them one after another. One
         throwaway pass of the fewest rows per length finds them: the kernels' constants and argument
         specialisations follow the length (a multiple of GRAPH_QUANTUM), not the rows."""
-        if self._compiled_ahead or self.network.attention_backend != Kernel.TRITON:
+        kind = (self.knobs.dtype, self.network.attention_backend)       # a dtype switch needs other kernels
+        if kind in self._compiled_ahead or self.network.attention_backend != Kernel.TRITON:
             return
-        self._compiled_ahead = True
+        self._compiled_ahead.add(kind)
         rows = self.graph_shape(1, 1)[0]
         lengths = sorted({n for _, n in self.graph_shapes()}, reverse=True)
         with (self.clock() if self.clock else IDLE).stage("warm-up"):

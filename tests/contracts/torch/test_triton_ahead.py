@@ -75,24 +75,28 @@ def test_the_scorer_compiles_each_captured_length_once_before_its_first_capture(
     monkeypatch.setattr(InterpretedFunction, "run", recorded)
     scorer, net = rex_model.scorer, rex_model.network
     monkeypatch.setattr(scorer, "batch_rows", 16)
-    monkeypatch.setattr(scorer, "_compiled_ahead", False)
+    monkeypatch.setattr(scorer, "_compiled_ahead", set())
     monkeypatch.setattr(net, "attention_backend", "eager")
     scorer.compile_ahead()
     assert calls == [] and not scorer._compiled_ahead                 # no Triton kernel on this path: nothing to do
     monkeypatch.setattr(net, "attention_backend", "triton")
     scorer.compile_ahead()
-    scorer.compile_ahead()                                            # once per scorer
+    scorer.compile_ahead()                                            # once per dtype
     assert calls and all(warmup for _, warmup, _ in calls)
     lengths = [L for name, _, L in calls if name == "_disentangled_fwd"]         # one call per layer and length
     assert list(dict.fromkeys(lengths)) == list(range(4 * GRAPH_QUANTUM, 0, -GRAPH_QUANTUM))
     assert {name for name, _, _ in calls} == {"_disentangled_fwd", "_add_norm_fwd", "_taps_fwd"}
+    before = len(calls)
+    monkeypatch.setattr(scorer.knobs, "dtype", "fp16")                 # another dtype: its kernels are others
+    scorer.compile_ahead()
+    assert len(calls) == 2 * before
 
 
 def test_a_failed_compile_ahead_leaves_the_compiles_to_the_first_passes(rex_model, monkeypatch, caplog):
     def broken(passes, threads=None):
         raise RuntimeError("a compile thread failed")
     monkeypatch.setattr(triton_ahead, "ahead", broken)
-    monkeypatch.setattr(rex_model.scorer, "_compiled_ahead", False)
+    monkeypatch.setattr(rex_model.scorer, "_compiled_ahead", set())
     monkeypatch.setattr(rex_model.network, "attention_backend", "triton")
     rex_model.scorer.compile_ahead()
     assert "a compile thread failed" in caplog.text
