@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 os.environ["TRITON_INTERPRET"] = "0"
 
@@ -85,6 +86,42 @@ def compile_all(capability: int) -> list[dict]:
     return rows
 
 
+HOPPER_SHARED_PER_BLOCK = 232_448          # an H100's opt-in shared memory per block: picks the attention's tiles
+
+
+def first_run_launches(cfg: RexConfig):
+    """The kernels a bf16 full-stack run compiles on a machine's first run (WindowScorer.compile_ahead): the attention
+    kernel at each captured length, the norm and taps with and without their masks, the rotary of two terms."""
+    tiles = triton_attention.tiles_for(HOPPER_SHARED_PER_BLOCK, 2, cfg.head_dim)
+    for label, variant, kernel, pointers, floats, const, warps, stages in launches(cfg):
+        if label == "attention" and variant == f"bf16 {tuple(tiles)}":
+            for length in (512, 384, 256, 128):
+                yield label, f"bf16 L={length}", kernel, pointers, floats, {**const, "L": length}, warps, stages
+        elif label != "attention" and (variant.startswith("bf16") or variant == "terms=2"):
+            yield label, variant, kernel, pointers, floats, const, warps, stages
+
+
+def side_by_side(capability: int, threads: int = 4) -> list[dict]:
+    """Those kernels compiled one after another, then again in `threads` threads at once (as contracts/torch/
+    triton_ahead.py has Triton do), each time into an empty cache: whether each gave the same binary both ways."""
+    target = GPUTarget("cuda", capability, 32)
+    jobs = list(first_run_launches(RexConfig()))
+
+    def compile_one(job) -> bytes:
+        _, _, kernel, pointers, floats, const, warps, stages = job
+        return triton.compile(ASTSource(kernel, signature(kernel, pointers, floats, const), const), target=target,
+                              options={"num_warps": warps, "num_stages": stages}).asm["cubin"]
+    with tempfile.TemporaryDirectory() as alone, tempfile.TemporaryDirectory() as together:
+        os.environ["TRITON_CACHE_DIR"] = alone
+        serial = [compile_one(job) for job in jobs]
+        os.environ["TRITON_CACHE_DIR"] = together
+        with ThreadPoolExecutor(threads) as pool:
+            parallel = list(pool.map(compile_one, jobs))
+    return [{"kernel": job[0], "variant": job[1], "same_binary": a == b} for job, a, b in zip(jobs, serial, parallel)]
+
+
 if __name__ == "__main__":
-    for row in compile_all(int(sys.argv[1]) if len(sys.argv) > 1 else 89):
+    capability = int(sys.argv[1]) if len(sys.argv) > 1 else 89
+    rows = side_by_side(capability) if "--side-by-side" in sys.argv else compile_all(capability)
+    for row in rows:
         print(json.dumps(row), flush=True)

@@ -66,10 +66,10 @@ def test_the_limit_is_the_devices_reported_shared_memory_not_its_name(monkeypatc
         triton_attention.device_shared_limit.cache_clear()
 
 
-def compiled_for(capability: int) -> list[dict]:
+def compiled_for(capability: int, *flags: str) -> list[dict]:
     """Every kernel and configuration compiled for the target by tests/plugins/rexuninlu/kernel_targets.py."""
-    done = subprocess.run([sys.executable, "-m", "tests.plugins.rexuninlu.kernel_targets", str(capability)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "tests.plugins.rexuninlu.kernel_targets", str(capability), *flags],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines()]
 
@@ -91,6 +91,16 @@ def test_every_kernel_compiled_for_sm89_fits_an_ada_block():
             model = shared_bytes(Tiles(*json.loads(tiles.replace("(", "[").replace(")", "]"))),
                                  4 if dtype == "fp32" else 2, HEAD_DIM)
             assert r["shared"] <= model, where
+
+
+@needs_triton
+def test_the_first_runs_kernels_compile_to_the_same_binaries_in_threads_side_by_side():
+    """What compile_ahead relies on (contracts/torch/triton_ahead.py): Triton's compiler run in several threads at
+    once gives each kernel the binary it gives alone. For sm_90 (an H100's), without a GPU."""
+    rows = compiled_for(90, "--side-by-side")
+    assert [r["variant"] for r in rows if r["kernel"] == "attention"] == [f"bf16 L={n}" for n in (512, 384, 256, 128)]
+    assert {r["kernel"] for r in rows} == {"attention", "add_norm", "conv_taps", "rotary_parts"}
+    assert all(r["same_binary"] for r in rows), [r for r in rows if not r["same_binary"]]
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and triton_attention.available()),
