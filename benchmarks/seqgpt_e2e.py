@@ -259,8 +259,8 @@ def seqgpt_cli_e2e(args) -> dict:
                     first = [_bare(json.loads(line)) for line, _ in zip(f, range(n_ref))]
                 out.unlink()
                 rows.append({"variant": name, "documents": len(docs), "caches": state, **measured,
-                             "x_reference_run": round(measured["run_docs_per_s"] / ref_rate, 1),
-                             "x_reference_process": round(len(docs) / measured["process_wall_s"] / ref_rate, 1),
+                             "x_reference_run": round(measured["run_docs_per_s"] / ref_rate, 2),
+                             "x_reference_process": round(len(docs) / measured["process_wall_s"] / ref_rate, 2),
                              "same_output_as_cold_run": output == cold_output,
                              "same_as_reference": _same(first, [_bare(o) for o in ref["outputs"]]),
                              "commit": result["env"]["commit"]})
