@@ -3,15 +3,31 @@ installation hash) kept for the next one to read instead of deriving it again. A
 all, so a process reading it meanwhile never sees half of one; a folder that cannot be written costs only the saving."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from importlib import metadata
 from pathlib import Path
+from typing import Sequence
 
 
 def entry(*parts: str) -> Path | None:
     """The path of an entry in the cache folder, or None where the launcher named none."""
     folder = os.environ.get("IEW_CACHE_DIR")
     return Path(folder).joinpath(*parts) if folder else None
+
+
+def tokenizer_entry(model: str, weights: Path, files: Sequence[str], *salt) -> Path | None:
+    """Where a model keeps the tokenizer transformers built from a checkpoint's `files`: keyed on those files' bytes,
+    `salt`, and the transformers and tokenizers versions that built it. None where the launcher named no folder."""
+    folder = entry("tokenizers")
+    if folder is None:
+        return None
+    digest = hashlib.sha256(repr((*salt, metadata.version("transformers"), metadata.version("tokenizers"))).encode())
+    for name in files:
+        path = weights / name
+        digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"-"))
+    return folder / f"{model}-{digest.hexdigest()[:32]}.json"
 
 
 def read_json(path: Path):

@@ -6,9 +6,7 @@ The reference loads with strict=False, which hides mismatches; we fail and name 
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from importlib import metadata
 from pathlib import Path
 
 import torch
@@ -83,8 +81,7 @@ def load_vocabulary(weights: Path) -> Vocabulary:
     later process loads them in milliseconds without importing transformers, about 2 s of every `extract` on the
     GPU machine (docs/benchmarks.md). Keyed on the tokenizer's files and the transformers and tokenizers versions
     that built it; without a cache folder, or with an unreadable entry, it is built again."""
-    folder = cache_folder.entry("tokenizers")
-    kept_at = folder / f"rexuninlu-{_tokenizer_key(weights)}.json" if folder is not None else None
+    kept_at = kept_tokenizer_at(weights)
     kept = cache_folder.read_json(kept_at) if kept_at is not None else None
     if kept is not None:
         try:
@@ -99,13 +96,9 @@ def load_vocabulary(weights: Path) -> Vocabulary:
     return vocabulary
 
 
-def _tokenizer_key(weights: Path) -> str:
-    digest = hashlib.sha256(repr((PROMPT_TOKENS, metadata.version("transformers"), metadata.version("tokenizers")))
-                            .encode())
-    for name in TOKENIZER_FILES:
-        path = weights / name
-        digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"-"))
-    return digest.hexdigest()[:32]
+def kept_tokenizer_at(weights: Path) -> Path | None:
+    """The cache folder's entry for this checkpoint's tokenizer (its files, the prompt tokens, the libraries)."""
+    return cache_folder.tokenizer_entry("rexuninlu", weights, TOKENIZER_FILES, PROMPT_TOKENS)
 
 
 def load_model(weights: Path, device: str = "cpu") -> tuple[RexModel, RexConfig]:

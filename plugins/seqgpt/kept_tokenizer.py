@@ -12,8 +12,6 @@ and every later process use transformers' tokenizer. RexUniNLU does the same (re
 """
 from __future__ import annotations
 
-import hashlib
-from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
@@ -64,8 +62,7 @@ class RustTokenizer:
 def load(weights: Path):
     """The tokenizer for a model's runs: from the cache folder where an entry agreed with transformers, else built by
     transformers (and kept, if it agrees)."""
-    folder = cache_folder.entry("tokenizers")
-    kept_at = folder / f"seqgpt-{_key(weights)}.json" if folder is not None else None
+    kept_at = kept_at_for(weights)
     kept = cache_folder.read_json(kept_at) if kept_at is not None else None
     if kept is not None:
         try:
@@ -101,9 +98,6 @@ def agree(reference, candidate) -> bool:
     return True
 
 
-def _key(weights: Path) -> str:
-    digest = hashlib.sha256(repr((metadata.version("transformers"), metadata.version("tokenizers"))).encode())
-    for name in TOKENIZER_FILES + ("special_tokens_map.json",):
-        path = weights / name
-        digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"-"))
-    return digest.hexdigest()[:32]
+def kept_at_for(weights: Path) -> Path | None:
+    """The cache folder's entry for this checkpoint's tokenizer (its files, the libraries that built it)."""
+    return cache_folder.tokenizer_entry("seqgpt", weights, TOKENIZER_FILES + ("special_tokens_map.json",))

@@ -211,7 +211,7 @@ def test_a_second_process_takes_the_tokenizer_from_the_cache_folder_without_tran
                                                                                        tmp_path, monkeypatch):
     """Importing transformers to build the tokenizer was about 2 s of every `extract` (docs/benchmarks.md): the first
     process keeps what it built in the cache folder, and the next loads that, and prompts exactly as the first."""
-    from plugins.rexuninlu.loading import _tokenizer_key, load_vocabulary
+    from plugins.rexuninlu.loading import kept_tokenizer_at, load_vocabulary
     monkeypatch.setenv("IEW_CACHE_DIR", str(tmp_path))
     built = Prompter(load_vocabulary(rex_tiny))
     [entry] = (tmp_path / "tokenizers").iterdir()
@@ -232,4 +232,4 @@ def test_a_second_process_takes_the_tokenizer_from_the_cache_folder_without_tran
     copy = tmp_path / "other"
     shutil.copytree(rex_tiny, copy)
     (copy / "vocab.txt").write_text((rex_tiny / "vocab.txt").read_text("utf-8") + "extra\n", "utf-8")
-    assert _tokenizer_key(copy) != _tokenizer_key(rex_tiny)           # another vocabulary: another entry
+    assert kept_tokenizer_at(copy) != kept_tokenizer_at(rex_tiny)       # another vocabulary: another entry

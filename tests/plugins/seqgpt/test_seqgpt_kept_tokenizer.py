@@ -72,7 +72,7 @@ def test_a_second_process_takes_the_tokenizer_from_the_cache_folder_without_tran
     copy = tmp_path / "other"
     shutil.copytree(seqgpt_tiny, copy)
     (copy / "tokenizer_config.json").write_text((seqgpt_tiny / "tokenizer_config.json").read_text("utf-8") + "\n")
-    assert kept_tokenizer._key(copy) != kept_tokenizer._key(seqgpt_tiny)    # other files: another entry
+    assert kept_tokenizer.kept_at_for(copy) != kept_tokenizer.kept_at_for(seqgpt_tiny)    # other files: another entry
 
 
 def test_a_backend_that_disagrees_with_transformers_is_not_kept(seqgpt_tiny, tmp_path, monkeypatch):
