@@ -91,7 +91,7 @@ class RexUniNLU(ModelFamily):
         return validate_gold(output, document.text, document.schema, document.line)
 
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedRex":
-        if device.startswith("cuda"):
+        if device.startswith("cuda") and dtype != "fp32":     # fp32 runs no Triton kernel (resolve_attention)
             remember_triton_key(background=True)          # the fused path's first compile needs it; found meanwhile
         network, _ = loading.load_model(Path(weights), device)
         model = LoadedRex(self, Path(weights), device, loading.load_vocabulary(Path(weights)), network)
