@@ -100,6 +100,20 @@ class StageClock:
         with self._lock:
             self.backoffs.append({"at_seconds": round(time.perf_counter() - self.started, 3), "rows": rows})
 
+    def device_seconds(self) -> float:
+        """Device seconds so far, of the brackets the GPU has already finished: read mid-run without waiting for it
+        (the events of one stream finish in order, so the first unfinished one ends the count). On the CPU it is the
+        forward calls' wall, as at finish()."""
+        with self._lock:
+            done = 0
+            for begin, end in self._events:
+                if not end.query():
+                    break
+                self.seconds["device"] += begin.elapsed_time(end) / 1000.0
+                done += 1
+            del self._events[:done]
+            return self.seconds["device"]
+
     def finish(self) -> dict[str, float]:
         """Resolve the CUDA events (one sync, at the end) and return seconds per stage."""
         if self._events:

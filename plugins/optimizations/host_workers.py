@@ -6,10 +6,11 @@ from contracts.hookspecs import hookimpl
 from contracts.names import Capability
 from contracts.optimization import Optimization
 
-# A run that would have to start its workers, and has fewer documents than this, stays in its own process: it ends
-# about as soon as they are up and one share is measured (plugins/rexuninlu/workers.py, HandOver). A longer run
-# starts them before its first batch and hands over to them only once it is bound by its own host work: in a fresh
-# process the workers gained 1.8x on dense output and lost 12 % on sparse (docs/benchmarks.md, "Faster starts").
+# A run that would have to start its workers, and has fewer documents than this (or fewer left), stays in its own
+# process: a hand-over costs about as much as that many documents save (plugins/rexuninlu/workers.py, HandOver). A
+# longer run starts them only once it is bound by its own host work with the device waiting: from outside on an H100
+# they then took dense output 0.65x as long, and sparse output never started them (docs/benchmarks.md, "Host workers
+# that start only where they gain").
 MIN_DOCUMENTS = 1_000
 # Fewer workers than this gain nothing (docs/benchmarks.md, host workers: 4 workers lost to none at dense
 # output, 8 won); the run's own process needs a core besides them.
@@ -27,11 +28,11 @@ class HostWorkers(Optimization):
     title = "Host workers (tokenise and decode in parallel processes)"
     description = ("Runs tokenising, window layout, decoding and serialising in worker processes while the run's "
                    "own process batches their windows on the device; results come back in input order, their "
-                   "JSON already written. Lossless. A run starts in its own process while the workers start, and "
-                   "hands its remaining documents over once they are up and its own decoding and writing hold "
-                   "the device back (dense output); they are kept for later runs. A run of fewer than "
-                   f"{MIN_DOCUMENTS:,} documents (while none are up), or a machine of fewer than {MIN_WORKERS + 1} "
-                   "cores, goes without them: there they cost more than they save.")
+                   "JSON already written. Lossless. A run starts in its own process, starts the workers once its "
+                   "own decoding and writing hold the device back (dense output), and hands its remaining "
+                   "documents over once they are up; they are kept for later runs. A run of fewer than "
+                   f"{MIN_DOCUMENTS:,} documents (or with fewer left) while none are up, or a machine of fewer than "
+                   f"{MIN_WORKERS + 1} cores, goes without them: there they cost more than they save.")
     switch = "live"
     lossless = True
 

@@ -155,7 +155,7 @@ class LoadedRex(LoadedModel):
         done = 0
         if not handover.done:          # this process first; the workers take the rest once they gain (HandOver)
             for result in run_documents(self.prompter, self.scorer, documents, batch_size, on_progress, self.clock,
-                                        more=lambda: handover.stay(self.clock)):
+                                        more=lambda: handover.stay(self.clock, handover.after + done)):
                 done += 1
                 yield result
             handover.after += done
@@ -166,9 +166,9 @@ class LoadedRex(LoadedModel):
             yield from self.host_workers().run(self.scorer, documents[done:], batch_size, progress, self.clock)
 
     def prepare_run(self, documents: int | None) -> dict[str, str]:
-        """Host workers: started now, before the first batch, for the run to hand its documents over to once they are
-        up and it is bound by its own host work (workers.HandOver); or not started at all for a run shorter than the
-        knob's host_workers_from, unless they are already up (kept from an earlier run of this model)."""
+        """Host workers: a hand-over for the run (workers.HandOver), which starts them once it is bound by its own
+        host work and gives them the rest of its documents once they are up; none for a run shorter than the knob's
+        host_workers_from, unless they are already up (kept from an earlier run of this model)."""
         self.handover = None
         if not self.knobs.host_workers:
             return {}
@@ -176,8 +176,8 @@ class LoadedRex(LoadedModel):
         if documents is not None and documents < self.knobs.host_workers_from and not running:
             return {"host-workers": f"off for this run: {plural(documents, 'document')}, fewer than "
                                     f"{self.knobs.host_workers_from:,} (starting the workers costs more than they save)"}
-        self.host_workers().start()
-        self.handover = HandOver(self.workers)
+        # Workers kept up from an earlier run cost this one nothing to start: any run may hand over to them.
+        self.handover = HandOver(self.host_workers(), None if running else documents, self.knobs.host_workers_from)
         return {}
 
     def finish_run(self) -> dict[str, str]:

@@ -36,3 +36,30 @@ def test_the_idle_clock_keeps_nothing_it_is_given():
     assert IDLE.backoffs == [] and IDLE.steps == 0
     assert IDLE.seconds == dict.fromkeys(STAGES, 0.0) and IDLE.finish() == dict.fromkeys(STAGES, 0.0)
     assert (IDLE.prompts_planned, IDLE.prompts_done, IDLE.tokens_generated) == (0, 0, 0)
+
+
+class FakeEvent:
+    """A CUDA event as the clock reads it: finished or not, and the milliseconds since the one before it."""
+
+    def __init__(self, done: bool, ms: float = 0.0):
+        self.done, self.ms = done, ms
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return end.ms
+
+
+def test_the_device_seconds_mid_run_count_the_brackets_the_gpu_has_finished_without_waiting():
+    from contracts.stages import StageClock
+    clock = StageClock()
+    last = FakeEvent(False, 7.0)
+    clock._events = [(FakeEvent(True), FakeEvent(True, 5.0)), (FakeEvent(True), FakeEvent(True, 3.0)),
+                     (FakeEvent(True), last), (FakeEvent(True), FakeEvent(True, 11.0))]     # in stream order
+    assert clock.device_seconds() == 0.008 and len(clock._events) == 2     # up to the first unfinished one
+    last.done = True
+    assert clock.device_seconds() == 0.026 and clock._events == []
+    with clock.device():                                                    # on the CPU: the forward call's wall
+        pass
+    assert clock.device_seconds() > 0.026 and clock.finish()["device"] == round(clock.seconds["device"], 4)
