@@ -103,6 +103,7 @@ class HostWorkers:
             vocabulary.write_bytes(pickle.dumps(self.vocabulary))
         # spawn, not fork: the parent holds CUDA state and threads (the UI's, the monitor's, the prefetch thread).
         context = multiprocessing.get_context("spawn")
+        niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS) if hasattr(os, "getpriority") else None
         for i in range(self.count):
             mine, theirs = context.Pipe()
             process = context.Process(target=work, args=(theirs, vocabulary, self.folder), daemon=True,
@@ -110,9 +111,9 @@ class HostWorkers:
             process.start()
             theirs.close()
             try:
-                niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICENESS)
-                os.setpriority(os.PRIO_PROCESS, process.pid, niceness)
-            except (AttributeError, OSError):           # no such call (Windows), or not allowed: they run as they are
+                if niceness is not None:                # None: no such call (Windows)
+                    os.setpriority(os.PRIO_PROCESS, process.pid, niceness)
+            except OSError:                             # not allowed: they run as they are
                 pass
             self.pipes.append(mine)
             self.processes.append(process)
@@ -200,10 +201,12 @@ class HandOver:
         """done: documents this run's own process has finished so far."""
         if self.done:
             return False
-        now, host, device = (time.perf_counter(), clock.seconds["decode"] + clock.seconds["write"],
-                             clock.device_seconds())
-        if self._mark is None or now - self._mark[0] < INTERVAL_S:
-            self._mark = self._mark or (now, host, device)
+        now = time.perf_counter()
+        if self._mark is not None and now - self._mark[0] < INTERVAL_S:
+            return True                      # most boundaries: no reading of the clock's events
+        host, device = clock.seconds["decode"] + clock.seconds["write"], clock.device_seconds()
+        if self._mark is None:
+            self._mark = (now, host, device)
             return True
         span = now - self._mark[0]
         self.share, self.busy = (host - self._mark[1]) / span, (device - self._mark[2]) / span
@@ -225,8 +228,9 @@ class HandOver:
             return f"handed over to the worker processes after {self.after:,} documents ({measured})"
         if self.wanted:
             return f"off for this run: it stayed in its own process (its workers were not up before it ended; {measured})"
+        left = f", with {self.least:,} documents or more left" if self.documents is not None else ""
         return (f"off for this run: it stayed in its own process ({measured}; the workers take over from "
-                f"{HOST_BOUND:.0%} and under {DEVICE_BOUND:.0%}, with {self.least:,} documents or more left)")
+                f"{HOST_BOUND:.0%} and under {DEVICE_BOUND:.0%}{left})")
 
 
 class Relay:
