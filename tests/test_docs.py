@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,8 +16,16 @@ CITATION = re.compile(r"((?:docs/)?[\w./-]+\.md) §(\d+(?:\.\d+)*)")
 
 
 def text_files() -> list[Path]:
+    """The repository's text files: what git tracks or would add (ignored folders, such as a venv or wheels
+    kept for another machine, are not the repository), or, outside a git checkout, every file but SKIP_DIRS."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
+                                capture_output=True, check=True).stdout.decode().split("\0")
+        paths = [ROOT / name for name in listed if name]
+    except (OSError, subprocess.CalledProcessError):
+        paths = list(ROOT.rglob("*"))
     found = []
-    for path in ROOT.rglob("*"):
+    for path in paths:
         parts = set(path.relative_to(ROOT).parts)
         if path.is_file() and path.suffix in TEXT_SUFFIXES and not parts & SKIP_DIRS and not any(
                 p.endswith(".egg-info") for p in parts):

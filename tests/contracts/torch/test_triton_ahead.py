@@ -100,3 +100,42 @@ def test_a_failed_compile_ahead_leaves_the_compiles_to_the_first_passes(rex_mode
     monkeypatch.setattr(rex_model.network, "attention_backend", "triton")
     rex_model.scorer.compile_ahead()
     assert "a compile thread failed" in caplog.text
+
+
+class Compiled:
+    """What a compile gives (triton.compiler.CompiledKernel): its source, whose argument types the launcher follows."""
+
+    def __init__(self, types):
+        self.src = type("Source", (), {"signature": dict(enumerate(types)), "constants": {}})()
+        self.metadata = type("Metadata", (), {"tensordesc_meta": None})()
+
+
+def test_each_compile_builds_its_launcher_ahead_once_per_signature_side_by_side(monkeypatch):
+    # A kernel's launcher is a C module Triton builds with the host compiler where the kernel is first launched, one
+    # after another on the launching thread; built in the compile threads, the first launches find it on disk.
+    from triton.runtime.driver import driver
+    both = threading.Barrier(2, timeout=10)      # passed only by two launchers built at once
+    built = []
+
+    class Driver:
+        def launcher_cls(self, src, metadata):
+            both.wait()
+            built.append((threading.current_thread().name, tuple(src.signature.values())))
+    monkeypatch.setattr(driver, "_active", Driver())
+    kernel = CompilingKernel(lambda key: Compiled(("*bf16", "i32") if key[0][0] < 300 else ("*fp32", "i32")))
+    assert triton_ahead.ahead(lambda: [triton_ahead.launch(kernel, (1,), n) for n in (128, 256, 384, 512)],
+                              threads=4)
+    assert sorted(types for _, types in built) == [("*bf16", "i32"), ("*fp32", "i32")]    # once each, before return
+    assert all(name.startswith("triton-compile") for name, _ in built)
+
+
+def test_a_launcher_that_fails_to_build_ahead_is_left_to_the_first_launch(monkeypatch):
+    from triton.runtime.driver import driver
+
+    class Driver:
+        def launcher_cls(self, src, metadata):
+            raise RuntimeError("no C compiler")
+    monkeypatch.setattr(driver, "_active", Driver())
+    kernel = CompilingKernel(lambda key: Compiled(("*bf16",)))
+    assert triton_ahead.ahead(lambda: triton_ahead.launch(kernel, (1,), 128))
+    assert len(kernel.compiled) == 1                        # the compile itself stands
