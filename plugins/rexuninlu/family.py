@@ -10,6 +10,7 @@ import torch
 from contracts.domain import Document, InputError, Result
 from contracts.model import DEMO_MARKER, Knobs, LoadedModel, ModelFamily, OfficialWeights, TaskPreset
 from contracts.names import Capability, Kernel, Reads
+from contracts.torch import triton_ahead
 from contracts.torch.precision import MasterWeights
 from contracts.torch.triton_key import remember_triton_key
 from contracts.words import plural
@@ -93,6 +94,7 @@ class RexUniNLU(ModelFamily):
     def load(self, weights: Path, device: str = "cpu", dtype: str = "fp32") -> "LoadedRex":
         if device.startswith("cuda") and dtype != "fp32":     # fp32 runs no Triton kernel (resolve_attention)
             remember_triton_key(background=True)          # the fused path's first compile needs it; found meanwhile
+            triton_ahead.build_utilities_meanwhile()      # and, on a fresh machine, Triton's C utilities
         network, _ = loading.load_model(Path(weights), device)
         model = LoadedRex(self, Path(weights), device, loading.load_vocabulary(Path(weights)), network)
         model.set_dtype(dtype)

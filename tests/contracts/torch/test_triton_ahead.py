@@ -139,3 +139,39 @@ def test_a_launcher_that_fails_to_build_ahead_is_left_to_the_first_launch(monkey
     kernel = CompilingKernel(lambda key: Compiled(("*bf16",)))
     assert triton_ahead.ahead(lambda: triton_ahead.launch(kernel, (1,), 128))
     assert len(kernel.compiled) == 1                        # the compile itself stands
+
+
+def fake_utilities(monkeypatch, build):
+    import sys
+    import types
+    module = types.ModuleType("triton.backends.nvidia.driver")
+    module.CudaUtils = build
+    monkeypatch.setitem(sys.modules, "triton.backends.nvidia.driver", module)
+
+
+def test_tritons_utilities_are_built_in_a_thread_while_the_model_loads(monkeypatch):
+    from triton.runtime.driver import driver
+    built = []
+    fake_utilities(monkeypatch, lambda: built.append(threading.current_thread().name))
+    monkeypatch.setattr(driver, "_default", None)               # no compile has created Triton's driver yet
+    triton_ahead.build_utilities_meanwhile().join(10)
+    assert built == ["triton-utilities"]
+
+
+def test_a_driver_already_made_or_a_failed_build_leaves_the_utilities_to_the_first_compile(monkeypatch):
+    from triton.runtime.driver import driver
+    built = []
+    fake_utilities(monkeypatch, lambda: built.append(1))
+    monkeypatch.setattr(driver, "_default", object())           # created: it built or loaded them already
+    triton_ahead.build_utilities_meanwhile().join(10)
+    assert built == []
+
+    def broken():
+        raise RuntimeError("no C compiler")
+    fake_utilities(monkeypatch, broken)
+    monkeypatch.setattr(driver, "_default", None)
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    thread = triton_ahead.build_utilities_meanwhile()
+    thread.join(10)
+    assert not thread.is_alive() and raised == []               # ended quietly: only a saving was lost
