@@ -55,7 +55,7 @@ def ahead(passes: Callable[[], object], threads: int | None = None) -> bool:
     return True
 
 
-def build_utilities_meanwhile() -> threading.Thread | None:
+def build_utilities_meanwhile() -> threading.Thread:
     """Start building Triton's CUDA utilities in a thread, for a model loading onto a GPU. They are a C module Triton
     builds with the host's C compiler where its first compile creates its driver, on that compile's thread (0.39 s
     of a 4.69 s cold warm-up on an H100). Built here while the model loads, into Triton's disk cache, they are only

@@ -106,7 +106,7 @@ class Compiled:
     """What a compile gives (triton.compiler.CompiledKernel): its source, whose argument types the launcher follows."""
 
     def __init__(self, types):
-        self.src = type("Source", (), {"signature": dict(enumerate(types)), "constants": {}})()
+        self.src = type("Source", (), {"signature": dict(enumerate(types))})()
         self.metadata = type("Metadata", (), {"tensordesc_meta": None})()
 
 
